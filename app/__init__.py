@@ -1,0 +1,1 @@
+"""The command line and the operator-facing parts of onceflow."""

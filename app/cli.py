@@ -1,0 +1,48 @@
+"""The `onceflow` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from onceflow.errors import OnceflowError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="onceflow",
+        description="Exactly-once trigger processing on Kafka.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    replay = commands.add_parser(
+        "replay", help="run a scenario folder with no broker, on simulated time",
+        description="Run a scenario (triggers.toml, input.jsonl, history.jsonl) and print "
+        "the journal, one JSON object per line.",
+    )
+    replay.add_argument("scenario", help="the scenario folder")
+    replay.add_argument("--summary", action="store_true",
+                        help="print a table of outcomes per trigger instead of the journal")
+    replay.add_argument("--outputs", metavar="DIR",
+                        help="also write output, error and in-doubt documents, one file a topic")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `onceflow` command."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "replay":
+            from onceflow.app.replay import run
+
+            return run(args.scenario, summary=args.summary, outputs=args.outputs)
+    except OnceflowError as exc:
+        print(f"onceflow: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

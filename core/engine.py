@@ -1,0 +1,219 @@
+"""The synchronous runner of the core: ingress, then every trigger, record by record.
+
+`onceflow replay` and the Spark pipeline drive it; the worker drives the same pieces
+(Ingress, TriggerProcessor) asynchronously and in batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .calls import Callee, load_callee
+from .envelope import Document, Record
+from .history import history_key
+from .ingress import Ingress
+from .journal import JournalRecord
+from .processor import Output, TriggerProcessor
+from .running import run_service
+from .scripted import RESOLVERS, SERVICES
+from .store import Store
+from .triggers import TriggerDef, TriggerSet
+
+DEAD_LETTER_TOPIC = "onceflow.dead-letter"
+
+
+class MemoryState:
+    """Dict stores for every piece of state: replay, tests, one Spark group."""
+
+    def __init__(self) -> None:
+        self.progress: dict[str, Any] = {}
+        self.ids: dict[str, Any] = {}
+        self.volatile_ids: dict[str, Any] = {}
+        self.history: dict[str, dict[str, Any]] = {}
+        self.joins: dict[str, dict[str, Any]] = {}
+
+    def id_store(self, topic: str, persist: bool) -> Store:
+        """Where a topic's duplicate-ID caches live."""
+        return self.ids if persist else self.volatile_ids
+
+    def history_store(self, trigger: str) -> Store:
+        """A trigger's document history."""
+        return self.history.setdefault(trigger, {})
+
+    def join_store(self, trigger: str) -> Store:
+        """A trigger's open joins."""
+        return self.joins.setdefault(trigger, {})
+
+
+def load_callees(
+    triggers: TriggerSet, base_dir: Path | None = None
+) -> dict[str, tuple[Callee, Callee | None]]:
+    """Load every trigger's service and resolver (ConfigError when one cannot be loaded)."""
+    loaded = {}
+    for trigger in triggers.triggers:
+        where = f"trigger {trigger.name!r}"
+        service = load_callee(trigger.service, SERVICES, source=triggers.source,
+                              where=f"{where}: key 'service'", base_dir=base_dir)
+        resolver = None
+        if trigger.resolver is not None:
+            resolver = load_callee(trigger.resolver, RESOLVERS, source=triggers.source,
+                                   where=f"{where}: key 'resolver'", base_dir=base_dir)
+        loaded[trigger.name] = (service, resolver)
+    return loaded
+
+
+def build_processors(
+    triggers: TriggerSet,
+    callees: dict[str, tuple[Callee, Callee | None]],
+    history_store: Callable[[str], Store],
+    join_store: Callable[[str], Store],
+) -> dict[str, TriggerProcessor]:
+    """One processor per trigger over the given stores."""
+    processors = {}
+    for trigger in triggers.triggers:
+        service, resolver = callees[trigger.name]
+        joins = join_store(trigger.name) if trigger.needs_activation else None
+        processors[trigger.name] = TriggerProcessor(
+            trigger, service, resolver, history_store(trigger.name), joins
+        )
+    return processors
+
+
+@dataclass(slots=True)
+class Processed:
+    """What one record produced."""
+
+    journal: list[JournalRecord] = field(default_factory=list)
+    outputs: list[Output] = field(default_factory=list)
+
+
+def dead_letter(record: Record, reason: str) -> Output:
+    """The dead-letter copy of a record rejected at ingress: nothing is lost."""
+    from .envelope import NotJson
+
+    value = record.value
+    body: dict[str, Any] = {"reason": reason, "topic": record.topic,
+                            "partition": record.partition, "offset": record.offset,
+                            "ts": record.ts, "headers": record.headers}
+    if isinstance(value, NotJson):
+        body["raw"] = value.text
+    else:
+        body["value"] = value
+    return Output(DEAD_LETTER_TOPIC, record.key, body, {"reason": reason})
+
+
+class Engine:
+    """Ingress and every trigger over one set of stores, on record time."""
+
+    def __init__(
+        self,
+        triggers: TriggerSet,
+        *,
+        state: MemoryState | None = None,
+        callees: dict[str, tuple[Callee, Callee | None]] | None = None,
+        base_dir: Path | None = None,
+        run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
+    ) -> None:
+        self.triggers = triggers
+        self.state = state or MemoryState()
+        if callees is None:
+            callees = load_callees(triggers, base_dir)
+        self.ingress = Ingress(triggers, self.state.progress, self.state.id_store)
+        self.processors = build_processors(triggers, callees, self.state.history_store,
+                                           self.state.join_store)
+        self.now: float | None = None
+        self.held: dict[str, list[Document]] = {t.name: [] for t in triggers.triggers}
+        self._next_sweep: dict[str, float] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._run_coroutine = run_coroutine or self._run_in_loop
+
+    def seed_history(self, trigger: str, identity: str, status: str, ts: float,
+                     failed: bool = False, activation: str | None = None) -> None:
+        """Load a history entry before the input (scenario history.jsonl)."""
+        processor = self.processors[trigger]
+        if processor.history is None:
+            return
+        key = identity if activation is None else history_key(identity, activation)
+        processor.history.seed(key, status, ts, failed)
+
+    def advance(self, ts: float) -> list[JournalRecord]:
+        """Move record time forward to ts: expire joins, sweep history when due."""
+        if self.now is not None and ts <= self.now:
+            return []
+        now = self.now = ts
+        records: list[JournalRecord] = []
+        for processor in self.processors.values():
+            deadline = processor.next_deadline()
+            if deadline is not None and deadline < now:
+                records.extend(processor.expire(now))
+            if processor.history is not None:
+                name = processor.trigger.name
+                due = self._next_sweep.get(name)
+                if due is None:
+                    self._next_sweep[name] = now + processor.trigger.history_sweep_interval
+                elif now >= due:
+                    processor.sweep(now)
+                    self._next_sweep[name] = now + processor.trigger.history_sweep_interval
+        return records
+
+    def process(self, record: Record, position: int = 0) -> Processed:
+        """Run one record through ingress and every trigger that takes it."""
+        out = Processed(self.advance(record.ts))
+        admitted = self.ingress.admit(record, position)
+        out.journal.extend(admitted.journal)
+        if admitted.rejected_reason is not None:
+            out.outputs.append(dead_letter(record, admitted.rejected_reason))
+        for trigger, document in admitted.routed:
+            self._run_document(trigger, document, out)
+        return out
+
+    def _run_document(self, trigger: TriggerDef, document: Document, out: Processed) -> None:
+        processor = self.processors[trigger.name]
+        step = processor.begin(document)
+        out.journal.extend(step.journal)
+        out.outputs.extend(step.outputs)
+        if step.held:
+            self.held[trigger.name].append(document)
+            return
+        run = step.run
+        if run is None:
+            return
+        result = run_service(trigger, processor.service, run.payload,
+                             run.context(trigger.name), run_coroutine=self._run_coroutine)
+        done = processor.finish(run, result)
+        out.journal.extend(done.journal)
+        out.outputs.extend(done.outputs)
+        if processor.suspended:
+            self.held[trigger.name].append(run.newest)
+
+    def resume(self, trigger: str, reason: str = "resumed by command") -> Processed:
+        """Resume a suspended trigger and redeliver what it held, in order."""
+        processor = self.processors[trigger]
+        out = Processed([processor.resume(self.now, reason)])
+        held, self.held[trigger] = self.held[trigger], []
+        definition = processor.trigger
+        for document in held:
+            if processor.suspended:
+                self.held[trigger].append(document)
+            else:
+                self._run_document(definition, document, out)
+        return out
+
+    def close(self) -> None:
+        """Release the event loop used for async services."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def _run_in_loop(self, awaitable: Awaitable[Any]) -> Any:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+
+        async def wait() -> Any:
+            return await awaitable
+
+        return self._loop.run_until_complete(wait())

@@ -1,0 +1,37 @@
+"""The exceptions of onceflow: one root, with transient errors kept apart."""
+
+from __future__ import annotations
+
+
+class OnceflowError(Exception):
+    """Root of every error onceflow raises on purpose."""
+
+
+class TransientError(OnceflowError):
+    """A failure that may correct itself: the service is retried (ISRuntimeException).
+
+    Raise it from a service or a resolver when a resource it needs (a database, a
+    remote API) is unavailable for now.  Every other exception is a service error.
+    """
+
+
+class HistoryUnavailable(TransientError):
+    """The document history store could not be read or written."""
+
+
+class ConfigError(OnceflowError):
+    """A trigger file is wrong; the message names the file, the trigger and the key."""
+
+    def __init__(self, source: str, where: str, problem: str) -> None:
+        self.source = source
+        self.where = where
+        self.problem = problem
+        super().__init__(f"{source}: {where}: {problem}")
+
+
+class ScenarioError(OnceflowError):
+    """A scenario folder or one of its lines is malformed."""
+
+
+class ScriptedFailure(OnceflowError):
+    """The built-in `scripted` service or resolver was asked to fail."""

@@ -1,0 +1,143 @@
+"""Document history (seed 004): processing and completed entries per (trigger, identity).
+
+Both entries of a document share the start time, so they expire and are swept together;
+one stored value `[start_ts, flags]` holds both.  For join triggers the entry lives under
+the activation too, because history follows the routing key (spec section 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import HistoryUnavailable
+from .store import Store
+
+PROCESSING = 1
+COMPLETED = 2
+FAILED = 4
+
+_SEP = "\x1f"
+
+
+def history_key(identity: str, activation: str | None = None) -> str:
+    """The store key of a document's entries ("<activation>\\x1f<identity>" for joins)."""
+    return identity if activation is None else activation + _SEP + identity
+
+
+def split_history_key(key: str) -> tuple[str | None, str]:
+    """(activation, identity) of a store key."""
+    if _SEP in key:
+        activation, identity = key.split(_SEP, 1)
+        return activation, identity
+    return None, key
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """What the history knows of one document."""
+
+    started: float
+    flags: int
+
+    @property
+    def processing(self) -> bool:
+        """A processing entry exists."""
+        return bool(self.flags & PROCESSING)
+
+    @property
+    def completed(self) -> bool:
+        """A completed entry exists."""
+        return bool(self.flags & COMPLETED)
+
+    @property
+    def failed(self) -> bool:
+        """The run that completed ended in a service error."""
+        return bool(self.flags & FAILED)
+
+    def describe(self) -> dict[str, Any]:
+        """A readable form for views and the CLI."""
+        return {
+            "started": self.started,
+            "processing": self.processing,
+            "completed": self.completed,
+            "failed": self.failed,
+        }
+
+
+class History:
+    """Entries of one trigger over a store, with the TTL applied on every lookup."""
+
+    __slots__ = ("_store", "ttl")
+
+    def __init__(self, store: Store, ttl: float) -> None:
+        self._store = store
+        self.ttl = ttl
+
+    def lookup(self, key: str, now: float) -> HistoryEntry | None:
+        """The live entry for key at record time `now` (entries older than the TTL are ignored)."""
+        try:
+            value = self._store.get(key)
+        except Exception as exc:  # the store's own failure: history is unavailable
+            raise HistoryUnavailable(f"document history cannot be read: {exc}") from exc
+        if value is None:
+            return None
+        started, flags = value
+        if now - started > self.ttl:
+            return None
+        return HistoryEntry(started, flags)
+
+    def mark_processing(self, key: str, started: float) -> None:
+        """Write the processing entry, immediately before the service runs."""
+        self._put(key, [started, PROCESSING])
+
+    def mark_completed(self, key: str, started: float, failed: bool) -> None:
+        """Add the completed entry (success or failure), keeping the start time."""
+        try:
+            value = self._store.get(key)
+        except Exception as exc:
+            raise HistoryUnavailable(f"document history cannot be read: {exc}") from exc
+        flags = (value[1] if value is not None else 0) | COMPLETED | (FAILED if failed else 0)
+        self._put(key, [started, flags])
+
+    def remove(self, key: str) -> None:
+        """Drop both entries (a transient failure that ends in retry or suspension)."""
+        try:
+            if key in self._store:
+                del self._store[key]
+        except Exception as exc:
+            raise HistoryUnavailable(f"document history cannot be written: {exc}") from exc
+
+    def seed(self, key: str, status: str, started: float, failed: bool = False) -> None:
+        """Load an entry from outside (scenario history.jsonl, migrations)."""
+        if status == "processing":
+            value = self._store.get(key)
+            flags = (value[1] if value is not None else 0) | PROCESSING
+            self._put(key, [started, flags])
+        elif status == "completed":
+            value = self._store.get(key)
+            flags = (value[1] if value is not None else 0) | COMPLETED | (FAILED if failed else 0)
+            self._put(key, [started, flags])
+        else:
+            raise ValueError(f'history status must be "processing" or "completed", got {status!r}')
+
+    def expired_keys(self, now: float) -> list[str]:
+        """Keys whose entries are older than the TTL at time `now`."""
+        horizon = now - self.ttl
+        return [key for key, value in self._store.items() if value[0] < horizon]
+
+    def sweep(self, now: float) -> int:
+        """Remove every entry older than the TTL; both entries of a document go together."""
+        keys = self.expired_keys(now)
+        for key in keys:
+            del self._store[key]
+        return len(keys)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def _put(self, key: str, value: list[Any]) -> None:
+        try:
+            self._store[key] = value
+        except Exception as exc:
+            raise HistoryUnavailable(f"document history cannot be written: {exc}") from exc

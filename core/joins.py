@@ -1,0 +1,195 @@
+"""Join conditions (seed 003): All (AND) and Only one (XOR), per activation.
+
+Each condition is a small state machine over a plain, JSON-able state value:
+`on_document(state, doc) -> (state, step)`, `deadline(state)`, `on_timeout(state)`.
+A JoinBook keeps the states of one trigger in a store, with an in-memory index of
+deadlines that a restart rebuilds from the store.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from .envelope import Document
+from .store import Store
+from .triggers import ALL, ONLY_ONE, TriggerDef
+
+PENDING = "pending"
+DISCARDED = "discarded"
+COMPLETE = "complete"
+
+
+class JoinDocument(dict[str, Any]):
+    """What a join trigger's service receives: {"activation", "documents": {type: envelope}}."""
+
+
+def join_document(activation: str | None, members: list[Document]) -> JoinDocument:
+    """The join document of completed members, in arrival order."""
+    return JoinDocument(
+        activation=activation,
+        documents={member.type: member.envelope for member in members},
+    )
+
+
+@dataclass(slots=True)
+class JoinStep:
+    """What a document did to its join."""
+
+    kind: str
+    members: list[Document] = field(default_factory=list)
+    previous: Any = None  # the state before this document, restored on suspension
+    reason: str = ""
+
+
+class AllJoin:
+    """All (AND): run once an instance of every type with one activation has arrived."""
+
+    def __init__(self, types: frozenset[str], timeout: float | None) -> None:
+        self.types = types
+        self.timeout = timeout
+
+    def on_document(self, state: Any, doc: Document) -> tuple[Any, JoinStep]:
+        """Add the document; COMPLETE gives every member and a state of None."""
+        if state is None:
+            deadline = None if self.timeout is None else doc.ts + self.timeout
+            members: dict[str, Any] = {}
+        else:
+            deadline = state["deadline"]
+            members = state["members"]
+            if doc.type in members:
+                held = members[doc.type]
+                return state, JoinStep(
+                    DISCARDED,
+                    reason=f"a {doc.type!r} document ({held['identity']}) is already waiting "
+                    f"in the open join",
+                )
+        if len(members) + 1 == len(self.types):
+            complete = [Document.from_json(m) for m in members.values()]
+            complete.append(doc)
+            return None, JoinStep(COMPLETE, complete, previous=state)
+        members = dict(members)
+        members[doc.type] = doc.to_json()
+        return {"deadline": deadline, "members": members}, JoinStep(PENDING, previous=state)
+
+    @staticmethod
+    def deadline(state: Any) -> float | None:
+        """When the open join expires (None: never)."""
+        return state["deadline"] if state is not None else None
+
+    @staticmethod
+    def on_timeout(state: Any) -> list[Document]:
+        """The pending documents dropped by the time-out."""
+        return [Document.from_json(m) for m in state["members"].values()]
+
+
+class OnlyOneJoin:
+    """Only one (XOR): the first document runs; others are discarded until the time-out."""
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+
+    def on_document(self, state: Any, doc: Document) -> tuple[Any, JoinStep]:
+        """Open a window and run, or discard inside an open window."""
+        if state is not None:
+            return state, JoinStep(
+                DISCARDED,
+                reason=f"{state['identity']} already ran for this activation in the window "
+                f"until {state['deadline']}",
+            )
+        deadline = None if self.timeout is None else doc.ts + self.timeout
+        return {"deadline": deadline, "identity": doc.identity}, JoinStep(
+            COMPLETE, [doc], previous=None
+        )
+
+    @staticmethod
+    def deadline(state: Any) -> float | None:
+        """When the window closes (None: never)."""
+        return state["deadline"] if state is not None else None
+
+    @staticmethod
+    def on_timeout(state: Any) -> list[Document]:
+        """A closing window drops no document."""
+        return []
+
+
+class JoinBook:
+    """The open joins of one trigger, keyed by activation, with a deadline index."""
+
+    def __init__(self, trigger: TriggerDef, store: Store) -> None:
+        self.trigger = trigger
+        self.store = store
+        self.condition: AllJoin | OnlyOneJoin
+        if trigger.kind == ALL:
+            self.condition = AllJoin(trigger.join_types, trigger.join_timeout)
+        elif trigger.kind == ONLY_ONE:
+            self.condition = OnlyOneJoin(trigger.join_timeout)
+        else:
+            raise ValueError(f"trigger {trigger.name!r} has no join condition")
+        self._deadlines: list[tuple[float, str]] = []
+        self.rebuild_index()
+
+    def rebuild_index(self) -> None:
+        """Rebuild the deadline index from the store (after a restart or rebalance)."""
+        self._deadlines = []
+        for activation, state in self.store.items():
+            deadline = self.condition.deadline(state)
+            if deadline is not None:
+                self._deadlines.append((deadline, activation))
+        heapq.heapify(self._deadlines)
+
+    def on_document(self, doc: Document) -> JoinStep:
+        """Feed a New document of this trigger into the join of its activation."""
+        activation = doc.activation
+        assert activation is not None
+        state = self.store.get(activation)
+        new_state, step = self.condition.on_document(state, doc)
+        if step.kind == DISCARDED:
+            return step
+        if new_state is None:
+            if state is not None:
+                del self.store[activation]
+        else:
+            self.store[activation] = new_state
+            if state is None:
+                self._index(activation, new_state)
+        return step
+
+    def restore(self, activation: str, previous: Any) -> None:
+        """Undo a document's effect on its join (the run was suspended)."""
+        if previous is None:
+            if activation in self.store:
+                del self.store[activation]
+        else:
+            self.store[activation] = previous
+            self._index(activation, previous)
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline in the index (may be stale)."""
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def expire(self, now: float) -> list[tuple[str, list[Document]]]:
+        """Close every join whose deadline has passed (deadline < now)."""
+        expired: list[tuple[str, list[Document]]] = []
+        heap = self._deadlines
+        while heap and heap[0][0] < now:
+            deadline, activation = heapq.heappop(heap)
+            state = self.store.get(activation)
+            if state is None or self.condition.deadline(state) != deadline:
+                continue  # completed or replaced since it was indexed
+            del self.store[activation]
+            expired.append((activation, self.condition.on_timeout(state)))
+        return expired
+
+    def get(self, activation: str) -> Any:
+        """The state of one activation's join (for views)."""
+        return self.store.get(activation)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def _index(self, activation: str, state: Any) -> None:
+        deadline = self.condition.deadline(state)
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, activation))

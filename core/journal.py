@@ -1,0 +1,96 @@
+"""The audit journal: one record per decision (spec section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Terminal outcomes: exactly one per (trigger, document).
+PROCESSED = "processed"
+ERROR = "error"
+DUPLICATE = "duplicate"
+REJECTED = "rejected"
+IN_DOUBT = "in-doubt"
+JOIN_EXPIRED = "join-expired"
+JOIN_DISCARDED = "join-discarded"
+BAD_INPUT = "bad-input"
+# Terminal at ingress (trigger null).
+DUPLICATE_ID = "duplicate-id"
+# Not terminal.
+JOIN_PENDING = "join-pending"
+RETRY = "retry"
+SUSPENDED = "suspended"
+RESUMED = "resumed"
+
+TERMINAL = frozenset(
+    {PROCESSED, ERROR, DUPLICATE, REJECTED, IN_DOUBT, JOIN_EXPIRED, JOIN_DISCARDED, BAD_INPUT,
+     DUPLICATE_ID}
+)
+OUTCOMES = TERMINAL | {JOIN_PENDING, RETRY, SUSPENDED, RESUMED}
+
+
+@dataclass(slots=True)
+class JournalRecord:
+    """One decision.  The first five fields are the contract of `onceflow replay`."""
+
+    trigger: str | None
+    outcome: str
+    identity: str | None
+    activation: str | None
+    ts: float | None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    reason: str | None = None
+    attempt: int | None = None
+    position: int = -1
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as written to stdout or the journal topic."""
+        data: dict[str, Any] = {
+            "trigger": self.trigger,
+            "outcome": self.outcome,
+            "identity": self.identity,
+            "activation": self.activation,
+            "ts": self.ts,
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+        }
+        if self.reason is not None:
+            data["reason"] = self.reason
+        if self.attempt is not None:
+            data["attempt"] = self.attempt
+        return data
+
+    @property
+    def terminal(self) -> bool:
+        """Whether this record ends the story of its document for its trigger."""
+        return self.outcome in TERMINAL
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JournalRecord:
+        """Inverse of as_dict (unknown keys are ignored)."""
+        return cls(
+            trigger=data.get("trigger"),
+            outcome=data["outcome"],
+            identity=data.get("identity"),
+            activation=data.get("activation"),
+            ts=data.get("ts"),
+            topic=data.get("topic"),
+            partition=data.get("partition"),
+            offset=data.get("offset"),
+            reason=data.get("reason"),
+            attempt=data.get("attempt"),
+        )
+
+
+def contract_key(record: dict[str, Any]) -> tuple[Any, ...]:
+    """The five fields the replay contract compares, as a hashable tuple."""
+    return (
+        record.get("trigger"),
+        record.get("outcome"),
+        record.get("identity"),
+        record.get("activation"),
+        record.get("ts"),
+    )

@@ -1,0 +1,122 @@
+"""Running a trigger's service: attempts, transient-error retries, and their end.
+
+The same policy serves every runner: `run_service` for synchronous runners (replay,
+Spark; retries do not wait on simulated time), `run_service_async` for the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .calls import CallContext, Callee
+from .errors import TransientError
+from .triggers import ON_FAILURE_SUSPEND, TriggerDef
+
+OK = "ok"
+ERROR = "error"
+SUSPEND = "suspend"
+RETRY = "retry"
+
+
+@dataclass(slots=True)
+class ServiceResult:
+    """How a run ended, after how many attempts, and the failures on the way."""
+
+    outcome: str
+    value: Any = None
+    attempts: int = 1
+    error_type: str = ""
+    error_message: str = ""
+    retries: list[tuple[int, str]] = field(default_factory=list)
+
+
+def after_failure(trigger: TriggerDef, attempt: int, exc: BaseException) -> str:
+    """What follows a failed attempt: RETRY, ERROR (a service error) or SUSPEND."""
+    if isinstance(exc, TransientError):
+        if attempt <= trigger.max_retry_attempts:
+            return RETRY
+        if trigger.on_retry_failure == ON_FAILURE_SUSPEND:
+            return SUSPEND
+    return ERROR
+
+
+def _failed(outcome: str, exc: BaseException, attempt: int,
+            retries: list[tuple[int, str]]) -> ServiceResult:
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, TransientError) and outcome == ERROR:
+        message = f"retries exhausted after {attempt} attempt(s): {message}"
+    return ServiceResult(outcome, None, attempt, type(exc).__name__, message, retries)
+
+
+def run_service(
+    trigger: TriggerDef,
+    service: Callee,
+    payload: Any,
+    context: CallContext,
+    *,
+    sleep: Callable[[float], None] | None = None,
+    run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
+) -> ServiceResult:
+    """Call the service until it succeeds, fails for good, or the trigger must suspend."""
+    attempt = 1
+    retries: list[tuple[int, str]] = []
+    while True:
+        try:
+            value = service.call(payload, _with_attempt(context, attempt))
+            if inspect.isawaitable(value):
+                value = (run_coroutine or _run_alone)(value)
+            return ServiceResult(OK, value, attempt, retries=retries)
+        except Exception as exc:
+            step = after_failure(trigger, attempt, exc)
+            if step != RETRY:
+                return _failed(step, exc, attempt, retries)
+            retries.append((attempt, f"{type(exc).__name__}: {exc}"))
+            if sleep is not None:
+                sleep(trigger.retry_interval)
+            attempt += 1
+
+
+async def run_service_async(
+    trigger: TriggerDef,
+    service: Callee,
+    payload: Any,
+    context: CallContext,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    before_retry: Callable[[int], Awaitable[None]] | None = None,
+) -> ServiceResult:
+    """The async twin of run_service: waits retry_interval between attempts."""
+    attempt = 1
+    retries: list[tuple[int, str]] = []
+    while True:
+        try:
+            value = service.call(payload, _with_attempt(context, attempt))
+            if inspect.isawaitable(value):
+                value = await value
+            return ServiceResult(OK, value, attempt, retries=retries)
+        except Exception as exc:
+            step = after_failure(trigger, attempt, exc)
+            if step != RETRY:
+                return _failed(step, exc, attempt, retries)
+            retries.append((attempt, f"{type(exc).__name__}: {exc}"))
+            await sleep(trigger.retry_interval)
+            if before_retry is not None:
+                await before_retry(attempt + 1)
+            attempt += 1
+
+
+def _with_attempt(context: CallContext, attempt: int) -> CallContext:
+    if context.attempt == attempt:
+        return context
+    return CallContext(context.trigger, context.identity, context.activation,
+                       context.delivery_count, attempt, context.message_id, context.history)
+
+
+def _run_alone(awaitable: Awaitable[Any]) -> Any:
+    async def wait() -> Any:
+        return await awaitable
+    return asyncio.run(wait())
