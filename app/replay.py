@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -12,26 +13,26 @@ import orjson
 
 from onceflow.engine import Engine
 from onceflow.journal import OUTCOMES, JournalRecord
-from onceflow.processor import Output
+from onceflow.processor import Output, Sink
 from onceflow.scenario import Scenario, load_scenario
 
 
-def replay_scenario(scenario: Scenario) -> tuple[list[JournalRecord], list[Output], Engine]:
+def replay_scenario(
+    scenario: Scenario, *, keep_outputs: bool = True
+) -> tuple[list[JournalRecord], list[Output], Engine]:
     """Run every record of a scenario in file order; return the journal and the outputs."""
     engine = Engine(scenario.triggers, base_dir=scenario.path)
     for seed in scenario.history:
         engine.seed_history(seed.trigger, seed.identity, seed.status, seed.ts, seed.failed,
                             seed.activation)
-    journal: list[JournalRecord] = []
-    outputs: list[Output] = []
+    sink = Sink(keep_outputs=keep_outputs)
+    process = engine.process
     try:
-        for position, record in enumerate(scenario.records):
-            result = engine.process(record, position)
-            journal.extend(result.journal)
-            outputs.extend(result.outputs)
+        for position, record in enumerate(scenario.iter_records()):
+            process(record, position, sink)
     finally:
         engine.close()
-    return journal, outputs, engine
+    return sink.journal, sink.outputs or [], engine
 
 
 def write_journal(records: Iterable[JournalRecord], stream: IO[bytes]) -> None:
@@ -86,8 +87,11 @@ assert set(_OUTCOME_ORDER) == OUTCOMES
 
 def run(path: str, *, summary: bool = False, outputs: str | None = None) -> int:
     """The `onceflow replay` command."""
+    # A replay allocates millions of short-lived, acyclic objects; the cyclic collector
+    # would rescan them all again and again for nothing.
+    gc.set_threshold(500_000, 50, 100)
     scenario = load_scenario(path)
-    journal, produced, engine = replay_scenario(scenario)
+    journal, produced, engine = replay_scenario(scenario, keep_outputs=bool(outputs))
     if outputs:
         write_outputs(produced, Path(outputs))
     if summary:

@@ -22,7 +22,7 @@ IN_DOUBT = "IN_DOUBT"
 RESOLVER_ANSWERS = (NEW, DUPLICATE, IN_DOUBT)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallContext:
     """What a service or resolver may want to know beside the document itself."""
 
@@ -74,8 +74,11 @@ def load_callee(spec: str, builtins: dict[str, Callable[..., Any]], *, source: s
         if function is None or not callable(function):
             raise ConfigError(source, where,
                               f"module {module_name!r} has no callable {attr!r}")
+    # A callable returning an awaitable must be declared `async def`: the runners decide
+    # once, at load time, whether to await it.
     return Callee(spec, function, _takes_context(function),
-                  inspect.iscoroutinefunction(function))
+                  inspect.iscoroutinefunction(function)
+                  or inspect.iscoroutinefunction(getattr(function, "__call__", None)))
 
 
 def _takes_context(function: Callable[..., Any]) -> bool:

@@ -72,7 +72,8 @@ def _check_history(
     resolver: Callee | None,
     fallback_key: str | None,
 ) -> Decision:
-    if len(document.identity) > MAX_IDENTITY_LENGTH:
+    identity = document.identity
+    if len(identity) > MAX_IDENTITY_LENGTH:
         why = f"identity is longer than {MAX_IDENTITY_LENGTH} characters"
         if resolver is not None:
             return _resolve(trigger, document, resolver, why)

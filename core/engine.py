@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from .envelope import Document, Record
 from .history import history_key
 from .ingress import Ingress
 from .journal import JournalRecord
-from .processor import Output, TriggerProcessor
+from .processor import HELD, Output, Run, Sink, TriggerProcessor, _Held
 from .running import run_service
 from .scripted import RESOLVERS, SERVICES
 from .store import Store
@@ -83,12 +82,8 @@ def build_processors(
     return processors
 
 
-@dataclass(slots=True)
-class Processed:
-    """What one record produced."""
-
-    journal: list[JournalRecord] = field(default_factory=list)
-    outputs: list[Output] = field(default_factory=list)
+# What one record (or many) produced.
+Processed = Sink
 
 
 def dead_letter(record: Record, reason: str) -> Output:
@@ -128,6 +123,10 @@ class Engine:
         self.now: float | None = None
         self.held: dict[str, list[Document]] = {t.name: [] for t in triggers.triggers}
         self._next_sweep: dict[str, float] = {}
+        self._sweep_due = float("-inf")
+        self._join_indexes = [
+            (p, p.joins.deadlines) for p in self.processors.values() if p.joins is not None
+        ]
         self._loop: asyncio.AbstractEventLoop | None = None
         self._run_coroutine = run_coroutine or self._run_in_loop
 
@@ -142,58 +141,80 @@ class Engine:
 
     def advance(self, ts: float) -> list[JournalRecord]:
         """Move record time forward to ts: expire joins, sweep history when due."""
-        if self.now is not None and ts <= self.now:
+        now = self.now
+        if now is not None and ts <= now:
             return []
-        now = self.now = ts
+        self.now = now = ts
         records: list[JournalRecord] = []
-        for processor in self.processors.values():
-            deadline = processor.next_deadline()
-            if deadline is not None and deadline < now:
+        for processor, deadlines in self._join_indexes:
+            if deadlines and deadlines[0][0] < now:
                 records.extend(processor.expire(now))
-            if processor.history is not None:
-                name = processor.trigger.name
-                due = self._next_sweep.get(name)
-                if due is None:
-                    self._next_sweep[name] = now + processor.trigger.history_sweep_interval
-                elif now >= due:
-                    processor.sweep(now)
-                    self._next_sweep[name] = now + processor.trigger.history_sweep_interval
+        if now >= self._sweep_due:
+            self._sweep(now)
         return records
 
-    def process(self, record: Record, position: int = 0) -> Processed:
-        """Run one record through ingress and every trigger that takes it."""
-        out = Processed(self.advance(record.ts))
-        admitted = self.ingress.admit(record, position)
-        out.journal.extend(admitted.journal)
-        if admitted.rejected_reason is not None:
-            out.outputs.append(dead_letter(record, admitted.rejected_reason))
-        for trigger, document in admitted.routed:
-            self._run_document(trigger, document, out)
-        return out
+    def _sweep(self, now: float) -> None:
+        due = float("inf")
+        for processor in self.processors.values():
+            if processor.history is None:
+                continue
+            name = processor.trigger.name
+            interval = processor.trigger.history_sweep_interval
+            next_due = self._next_sweep.get(name)
+            if next_due is None:
+                next_due = self._next_sweep[name] = now + interval
+            elif now >= next_due:
+                processor.sweep(now)
+                next_due = self._next_sweep[name] = now + interval
+            due = min(due, next_due)
+        self._sweep_due = due
 
-    def _run_document(self, trigger: TriggerDef, document: Document, out: Processed) -> None:
+    def process(self, record: Record, position: int = 0,
+                sink: Sink | None = None) -> Sink:
+        """Run one record through ingress and every trigger that takes it."""
+        if sink is None:
+            sink = Sink()
+        journal = sink.journal
+        now = self.now
+        if now is None or record.ts > now:
+            expired = self.advance(record.ts)
+            if expired:
+                journal.extend(expired)
+        document, targets, rejected = self.ingress.admit_into(record, position, journal)
+        if document is not None:
+            processors = self.processors
+            for trigger in targets:
+                processor = processors[trigger.name]
+                run = processor.take(document, sink)
+                if run is not None:
+                    self._run(processor, document, run, sink)
+        elif rejected is not None:
+            sink.output(dead_letter(record, rejected))
+        return sink
+
+    def _run_document(self, trigger: TriggerDef, document: Document, sink: Sink) -> None:
         processor = self.processors[trigger.name]
-        step = processor.begin(document)
-        out.journal.extend(step.journal)
-        out.outputs.extend(step.outputs)
-        if step.held:
+        run = processor.take(document, sink)
+        if run is not None:
+            self._run(processor, document, run, sink)
+
+    def _run(self, processor: TriggerProcessor, document: Document, run: Run | _Held,
+             sink: Sink) -> None:
+        trigger = processor.trigger
+        if run is HELD:
             self.held[trigger.name].append(document)
             return
-        run = step.run
-        if run is None:
-            return
+        assert isinstance(run, Run)
         result = run_service(trigger, processor.service, run.payload,
                              run.context(trigger.name), run_coroutine=self._run_coroutine)
-        done = processor.finish(run, result)
-        out.journal.extend(done.journal)
-        out.outputs.extend(done.outputs)
+        processor.complete(run, result, sink)
         if processor.suspended:
             self.held[trigger.name].append(run.newest)
 
-    def resume(self, trigger: str, reason: str = "resumed by command") -> Processed:
+    def resume(self, trigger: str, reason: str = "resumed by command") -> Sink:
         """Resume a suspended trigger and redeliver what it held, in order."""
         processor = self.processors[trigger]
-        out = Processed([processor.resume(self.now, reason)])
+        out = Sink([processor.resume(self.now, reason)])
         held, self.held[trigger] = self.held[trigger], []
         definition = processor.trigger
         for document in held:

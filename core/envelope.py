@@ -14,6 +14,7 @@ H_DUP_ID = "dup-id"
 H_REPLY_TO = "reply-to"
 
 UNDEFINED_DELIVERY = -1
+ENVELOPE_STRINGS = ("type", "uuid", "activation")
 MAX_IDENTITY_LENGTH = 96
 
 
@@ -175,17 +176,15 @@ def check_envelope(value: Any) -> None:
         if isinstance(value, NotJson):
             raise BadEnvelope("the value is not JSON")
         raise BadEnvelope(f"the value is JSON but not an object (got {_json_kind(value)})")
-    for name in ("type", "uuid", "activation"):
+    for name in ENVELOPE_STRINGS:
         if name in value and not isinstance(value[name], str):
             raise BadEnvelope(
                 f"envelope field {name!r} must be a string, got {_json_kind(value[name])}"
             )
 
 
-def parse_delivery_count(header: str | None) -> int | None:
-    """The header's delivery count; None when absent, -1 when it cannot be read."""
-    if header is None:
-        return None
+def parse_delivery_count(header: str) -> int:
+    """The header's delivery count; -1 (undefined) when it cannot be read."""
     try:
         count = int(header.strip())
     except ValueError:

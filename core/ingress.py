@@ -11,6 +11,7 @@ from . import journal as J
 from .envelope import (
     H_DELIVERY_COUNT,
     H_DUP_ID,
+    H_MESSAGE_ID,
     BadEnvelope,
     Document,
     Record,
@@ -87,15 +88,16 @@ class DeliveryCounter:
 
     def count(self, record: Record) -> int:
         """The record's delivery count (-1 when the header cannot be read)."""
-        scope = record.topic + "/" + str(record.partition)
+        scope = f"{record.topic}/{record.partition}"
         highest = self._store.get(scope)
-        if highest is None or record.offset > highest:
-            self._store[scope] = record.offset
+        offset = record.offset
+        if highest is None or offset > highest:
+            self._store[scope] = offset
             derived = 1
         else:
             derived = 2
-        header = parse_delivery_count(record.headers.get(H_DELIVERY_COUNT))
-        return derived if header is None else header
+        header = record.headers.get(H_DELIVERY_COUNT) if record.headers else None
+        return derived if header is None else parse_delivery_count(header)
 
     def highest(self, topic: str, partition: int) -> int | None:
         """The highest offset started on a partition, if any."""
@@ -133,6 +135,7 @@ class Ingress:
         for trigger in triggers.triggers:
             for topic in trigger.topics:
                 self._routes.setdefault(topic, []).append(trigger)
+        self._route_cache: dict[tuple[str, str], tuple[TriggerDef, ...]] = {}
 
     def subscribed(self, topic: str) -> bool:
         """Whether some trigger reads this topic."""
@@ -151,61 +154,69 @@ class Ingress:
 
     def admit(self, record: Record, position: int = 0) -> Admitted:
         """Run the ingress rules on one record."""
-        result = Admitted()
-        delivery_count = self.delivery.count(record)
-        message_id = record.message_id
-        value = record.value
-        dup_id = record.headers.get(H_DUP_ID)
-        if dup_id is not None and self.cache(record.topic, record.partition).seen(
-            dup_id, message_id
-        ):
-            uuid, activation = envelope_fields(value)
-            result.journal.append(self._ingress_record(
-                record, J.DUPLICATE_ID, uuid or message_id, activation, position,
-                f"dup-id {dup_id!r} was already received on {record.topic}/{record.partition}",
-            ))
-            return result
-        try:
-            check_envelope(value)
-        except BadEnvelope as exc:
-            uuid, activation = envelope_fields(value)
-            result.rejected_reason = exc.reason
-            result.journal.append(self._ingress_record(
-                record, J.BAD_INPUT, uuid or message_id, activation, position, exc.reason
-            ))
-            return result
-        uuid = value.get("uuid")
-        doc_type = value.get("type")
-        if doc_type is None:
-            doc_type = record.topic
-        activation = value.get("activation")
-        document = Document(
-            type=doc_type,
-            identity=uuid if uuid else message_id,
-            activation=activation,
-            envelope=value,
-            ts=record.ts,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            message_id=message_id,
-            delivery_count=delivery_count,
-            key=record.key,
-            headers=record.headers,
-            position=position,
-        )
-        for trigger in self._routes.get(record.topic, ()):
-            if doc_type in trigger.types:
-                result.routed.append((trigger, document))
-        if not result.routed:
-            reason = (
-                f"no trigger takes document type {doc_type!r} from topic {record.topic!r}"
-            )
-            result.rejected_reason = reason
-            result.journal.append(self._ingress_record(
-                record, J.BAD_INPUT, document.identity, activation, position, reason
-            ))
+        journal: list[JournalRecord] = []
+        document, targets, reason = self.admit_into(record, position, journal)
+        result = Admitted(journal, [], reason)
+        if document is not None:
+            result.routed = [(trigger, document) for trigger in targets]
         return result
+
+    def admit_into(
+        self, record: Record, position: int, journal: list[JournalRecord]
+    ) -> tuple[Document | None, tuple[TriggerDef, ...], str | None]:
+        """admit() for runners: (document, the triggers that take it, rejection reason)."""
+        delivery_count = self.delivery.count(record)
+        headers = record.headers
+        topic = record.topic
+        message_id = (headers.get(H_MESSAGE_ID) if headers else None) or (
+            f"{topic}/{record.partition}@{record.offset}"
+        )
+        value = record.value
+        dup_id = headers.get(H_DUP_ID) if headers else None
+        if dup_id is not None and self.cache(topic, record.partition).seen(dup_id, message_id):
+            uuid, activation = envelope_fields(value)
+            journal.append(self._ingress_record(
+                record, J.DUPLICATE_ID, uuid or message_id, activation, position,
+                f"dup-id {dup_id!r} was already received on {topic}/{record.partition}",
+            ))
+            return None, (), None
+        # Absent fields read as "", so one type test per field finds a present field
+        # that is not a string (null included).
+        if type(value) is dict:
+            doc_type = value.get("type", "")
+            uuid = value.get("uuid", "")
+            activation = value.get("activation", "")
+            valid = type(doc_type) is str and type(uuid) is str and type(activation) is str
+        else:
+            valid = False
+        if not valid:
+            try:
+                check_envelope(value)
+            except BadEnvelope as exc:
+                uuid_seen, activation_seen = envelope_fields(value)
+                journal.append(self._ingress_record(
+                    record, J.BAD_INPUT, uuid_seen or message_id, activation_seen, position,
+                    exc.reason,
+                ))
+                return None, (), exc.reason
+        doc_type = doc_type or topic
+        identity = uuid or message_id
+        activation = activation or None
+        route = (topic, doc_type)
+        targets = self._route_cache.get(route)
+        if targets is None:
+            targets = tuple(t for t in self._routes.get(topic, ()) if doc_type in t.types)
+            self._route_cache[route] = targets
+        if not targets:
+            reason = f"no trigger takes document type {doc_type!r} from topic {topic!r}"
+            journal.append(self._ingress_record(
+                record, J.BAD_INPUT, identity, activation, position, reason
+            ))
+            return None, (), reason
+        document = Document(doc_type, identity, activation, value, record.ts, topic,
+                            record.partition, record.offset, message_id, delivery_count,
+                            record.key, headers, position)
+        return document, targets, None
 
     @staticmethod
     def _ingress_record(

@@ -127,17 +127,19 @@ class JoinBook:
             self.condition = OnlyOneJoin(trigger.join_timeout)
         else:
             raise ValueError(f"trigger {trigger.name!r} has no join condition")
-        self._deadlines: list[tuple[float, str]] = []
+        # The heap of (deadline, activation); runners may peek at deadlines[0].
+        self.deadlines: list[tuple[float, str]] = []
         self.rebuild_index()
 
     def rebuild_index(self) -> None:
         """Rebuild the deadline index from the store (after a restart or rebalance)."""
-        self._deadlines = []
+        entries = []
         for activation, state in self.store.items():
             deadline = self.condition.deadline(state)
             if deadline is not None:
-                self._deadlines.append((deadline, activation))
-        heapq.heapify(self._deadlines)
+                entries.append((deadline, activation))
+        self.deadlines[:] = entries  # in place: runners hold a reference to the list
+        heapq.heapify(self.deadlines)
 
     def on_document(self, doc: Document) -> JoinStep:
         """Feed a New document of this trigger into the join of its activation."""
@@ -167,12 +169,12 @@ class JoinBook:
 
     def next_deadline(self) -> float | None:
         """The earliest deadline in the index (may be stale)."""
-        return self._deadlines[0][0] if self._deadlines else None
+        return self.deadlines[0][0] if self.deadlines else None
 
     def expire(self, now: float) -> list[tuple[str, list[Document]]]:
         """Close every join whose deadline has passed (deadline < now)."""
         expired: list[tuple[str, list[Document]]] = []
-        heap = self._deadlines
+        heap = self.deadlines
         while heap and heap[0][0] < now:
             deadline, activation = heapq.heappop(heap)
             state = self.store.get(activation)
@@ -192,4 +194,4 @@ class JoinBook:
     def _index(self, activation: str, state: Any) -> None:
         deadline = self.condition.deadline(state)
         if deadline is not None:
-            heapq.heappush(self._deadlines, (deadline, activation))
+            heapq.heappush(self.deadlines, (deadline, activation))

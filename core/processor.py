@@ -73,6 +73,37 @@ class Step:
     held: bool = False
 
 
+class Sink:
+    """Where a runner collects journal records and outputs across many documents.
+
+    `outputs=None` drops output documents (a replay that only wants the journal).
+    """
+
+    __slots__ = ("journal", "outputs")
+
+    def __init__(self, journal: list[JournalRecord] | None = None,
+                 outputs: list[Output] | None = None, *, keep_outputs: bool = True) -> None:
+        self.journal: list[JournalRecord] = [] if journal is None else journal
+        self.outputs: list[Output] | None = (
+            ([] if outputs is None else outputs) if keep_outputs else None
+        )
+
+    def output(self, item: Output) -> None:
+        """Keep an output document (unless outputs are dropped)."""
+        if self.outputs is not None:
+            self.outputs.append(item)
+
+
+class _Held:
+    """The trigger is suspended: the document stays unacknowledged."""
+
+    def __repr__(self) -> str:
+        return "HELD"
+
+
+HELD = _Held()
+
+
 class TriggerProcessor:
     """A trigger's decisions over its history and join stores."""
 
@@ -90,8 +121,12 @@ class TriggerProcessor:
         self.history: History | None = None
         if trigger.detect_duplicates and trigger.use_history:
             self.history = History(history_store, trigger.history_ttl)
-        self.joins = JoinBook(trigger, join_store) if trigger.needs_activation else None
-        assert self.joins is not None or join_store is None or not trigger.needs_activation
+        self.joins: JoinBook | None = None
+        if trigger.needs_activation:
+            if join_store is None:
+                raise ValueError(f"trigger {trigger.name!r} needs a join store")
+            self.joins = JoinBook(trigger, join_store)
+        self._join_arity = trigger.join_arity
         self.suspended = False
         self.suspended_reason = ""
 
@@ -99,58 +134,82 @@ class TriggerProcessor:
 
     def begin(self, doc: Document) -> Step:
         """Check, join and prepare the run of one document routed to this trigger."""
+        sink = Sink()
+        run = self.take(doc, sink)
+        return Step(sink.journal, sink.outputs or [], run if isinstance(run, Run) else None,
+                    run is HELD)
+
+    def finish(self, run: Run, result: ServiceResult) -> Step:
+        """Record how the run ended: completed entries, journal, outputs."""
+        sink = Sink()
+        self.complete(run, result, sink)
+        return Step(sink.journal, sink.outputs or [], None, self.suspended)
+
+    def take(self, doc: Document, sink: Sink) -> Run | _Held | None:
+        """begin() for runners: journal and outputs go to the sink; returns the run to make,
+        HELD when the trigger is suspended, or None when the document is done with.
+        """
         if self.suspended:
-            return Step(held=True)
+            return HELD
         trigger = self.trigger
-        name = trigger.name
-        if self.joins is not None and doc.activation is None:
-            reason = (f"trigger {name!r} joins documents by activation ({trigger.kind}) and "
-                      f"this {doc.type!r} document has none: add an 'activation' field")
-            return Step(
-                [self._record(doc, J.BAD_INPUT, reason)],
-                [self._error_output([doc], doc.identity, doc.activation, "BadInput", reason, 0)],
-            )
+        joins = self.joins
+        if joins is not None and doc.activation is None:
+            reason = (f"trigger {trigger.name!r} joins documents by activation "
+                      f"({trigger.kind}) and this {doc.type!r} document has none: add an "
+                      f"'activation' field")
+            sink.journal.append(self._record(doc, J.BAD_INPUT, reason))
+            sink.output(self._error_output([doc], doc.identity, None, "BadInput", reason, 0))
+            return None
         # Join triggers keep history under the activation (their routing key); an entry
         # loaded without one (history.jsonl, imports) applies to every activation.
-        fallback = doc.identity if self.joins is not None else None
-        decision = decide(trigger, doc, self.history, self._history_key(doc), self.resolver,
-                          fallback)
+        if joins is None:
+            decision = decide(trigger, doc, self.history, doc.identity, self.resolver)
+        else:
+            decision = decide(trigger, doc, self.history, self._history_key(doc),
+                              self.resolver, doc.identity)
         status = decision.status
         if status is Status.NEW:
-            return self._admit_new(doc)
+            return self._admit_new(doc, sink)
         if status is Status.DUPLICATE:
-            return Step([self._record(doc, J.DUPLICATE, decision.reason)])
-        if status is Status.REJECTED:
-            return Step([self._record(doc, J.REJECTED, decision.reason)])
-        if status is Status.IN_DOUBT:
-            return self._in_doubt(doc, decision.reason)
-        return self._suspend(doc, decision.reason)
+            sink.journal.append(self._record(doc, J.DUPLICATE, decision.reason))
+        elif status is Status.REJECTED:
+            sink.journal.append(self._record(doc, J.REJECTED, decision.reason))
+        elif status is Status.IN_DOUBT:
+            self._in_doubt(doc, decision.reason, sink)
+        else:
+            return self._suspend(doc, decision.reason, sink)
+        return None
 
-    def _admit_new(self, doc: Document) -> Step:
-        if self.joins is None:
+    def _admit_new(self, doc: Document, sink: Sink) -> Run | _Held | None:
+        joins = self.joins
+        if joins is None:
             run = Run([doc], doc.envelope, doc.ts, doc.activation)
         else:
-            step = self.joins.on_document(doc)
+            step = joins.on_document(doc)
             if step.kind == DISCARDED:
-                return Step([self._record(doc, J.JOIN_DISCARDED, step.reason)])
+                sink.journal.append(self._record(doc, J.JOIN_DISCARDED, step.reason))
+                return None
             if step.kind != COMPLETE:
-                return Step([self._record(doc, J.JOIN_PENDING)])
+                sink.journal.append(self._record(doc, J.JOIN_PENDING))
+                return None
             payload: Any = doc.envelope
-            if len(self.trigger.join_types) > 1 or len(step.members) > 1:
+            if self._join_arity > 1:
                 payload = join_document(doc.activation, step.members)
             run = Run(step.members, payload, doc.ts, doc.activation, step.previous)
-        if self.history is not None:
+        history = self.history
+        if history is not None:
             try:
                 for member in run.members:
                     if len(member.identity) <= MAX_IDENTITY_LENGTH:
                         key = self._history_key(member)
-                        self.history.mark_processing(key, run.started)
+                        history.mark_processing(key, run.started)
                         run.history_keys.append(key)
             except HistoryUnavailable as exc:
-                return self._history_write_failed(doc, run, str(exc))
-        return Step(run=run)
+                return self._history_write_failed(doc, run, str(exc), sink)
+        return run
 
-    def _history_write_failed(self, doc: Document, run: Run, why: str) -> Step:
+    def _history_write_failed(self, doc: Document, run: Run, why: str,
+                              sink: Sink) -> Run | _Held | None:
         # The processing entry cannot be written: history is unavailable (spec 3).
         self._undo(run)
         decision = decide_unavailable(self.trigger, doc, self.resolver, why)
@@ -158,57 +217,56 @@ class TriggerProcessor:
             run.history_keys.clear()
             if self.joins is not None:
                 self.joins.on_document(doc)
-            return Step(run=run)
+            return run
         if decision.status is Status.DUPLICATE:
-            return Step([self._record(doc, J.DUPLICATE, decision.reason)])
-        if decision.status is Status.IN_DOUBT:
-            return self._in_doubt(doc, decision.reason)
-        return self._suspend(doc, decision.reason)
+            sink.journal.append(self._record(doc, J.DUPLICATE, decision.reason))
+        elif decision.status is Status.IN_DOUBT:
+            self._in_doubt(doc, decision.reason, sink)
+        else:
+            return self._suspend(doc, decision.reason, sink)
+        return None
 
-    def finish(self, run: Run, result: ServiceResult) -> Step:
-        """Record how the run ended: completed entries, journal, outputs."""
+    def complete(self, run: Run, result: ServiceResult, sink: Sink) -> None:
+        """finish() for runners: journal and outputs go to the sink."""
         newest = run.newest
-        step = Step()
+        journal = sink.journal
         for attempt, message in result.retries:
-            step.journal.append(self._record(newest, J.RETRY, message, attempt))
+            journal.append(self._record(newest, J.RETRY, message, attempt))
         if result.outcome == SUSPEND:
             self._undo(run)
             reason = f"retries exhausted ({result.error_type}: {result.error_message})"
-            suspended = self._suspend(newest, reason)
-            step.journal.extend(suspended.journal)
-            return step
+            self._suspend(newest, reason, sink)
+            return
         failed = result.outcome != OK
         note = ""
-        if self.history is not None:
+        history = self.history
+        if history is not None:
             try:
                 for key in run.history_keys:
-                    self.history.mark_completed(key, run.started, failed)
+                    history.mark_completed(key, run.started, failed)
             except HistoryUnavailable as exc:
                 note = f" (the completed entry could not be written: {exc})"
         if not failed:
             for member in run.members:
-                step.journal.append(self._record(member, J.PROCESSED, note or None,
-                                                 result.attempts))
-            if result.value is not None:
-                step.outputs.append(Output(
+                journal.append(self._record(member, J.PROCESSED, note or None,
+                                            result.attempts))
+            if result.value is not None and sink.outputs is not None:
+                sink.outputs.append(Output(
                     self.trigger.output, self._output_key(run), result.value,
                     self._output_headers(run.identity, run.activation),
                 ))
-            return step
+            return
         reason = f"{result.error_type}: {result.error_message}{note}"
         for member in run.members:
-            step.journal.append(self._record(member, J.ERROR, reason, result.attempts))
-        step.outputs.append(self._error_output(
-            run.members, run.identity, run.activation, result.error_type,
-            result.error_message, result.attempts,
-        ))
+            journal.append(self._record(member, J.ERROR, reason, result.attempts))
+        if sink.outputs is None:
+            return
+        error = self._error_output(run.members, run.identity, run.activation,
+                                   result.error_type, result.error_message, result.attempts)
+        sink.outputs.append(error)
         for target in dict.fromkeys(m.reply_to for m in run.members if m.reply_to):
-            error = self._error_output(run.members, run.identity, run.activation,
-                                       result.error_type, result.error_message,
-                                       result.attempts)
-            error.topic = target
-            step.outputs.append(error)
-        return step
+            assert target is not None
+            sink.outputs.append(Output(target, error.key, error.value, dict(error.headers)))
 
     # -- time ---------------------------------------------------------------------------
 
@@ -242,10 +300,11 @@ class TriggerProcessor:
         self.suspended_reason = ""
         return JournalRecord(self.trigger.name, J.RESUMED, None, None, ts, reason=reason)
 
-    def _suspend(self, doc: Document, reason: str) -> Step:
+    def _suspend(self, doc: Document, reason: str, sink: Sink) -> _Held:
         self.suspended = True
         self.suspended_reason = reason
-        return Step([self._record(doc, J.SUSPENDED, reason)], held=True)
+        sink.journal.append(self._record(doc, J.SUSPENDED, reason))
+        return HELD
 
     def _undo(self, run: Run) -> None:
         if self.history is not None:
@@ -270,13 +329,12 @@ class TriggerProcessor:
                              doc.topic, doc.partition, doc.offset, reason, attempt,
                              doc.position)
 
-    def _in_doubt(self, doc: Document, reason: str) -> Step:
-        headers = self._output_headers(doc.identity, doc.activation)
-        headers["reason"] = reason
-        return Step(
-            [self._record(doc, J.IN_DOUBT, reason)],
-            [Output(self.trigger.in_doubt, doc.key, doc.envelope, headers)],
-        )
+    def _in_doubt(self, doc: Document, reason: str, sink: Sink) -> None:
+        sink.journal.append(self._record(doc, J.IN_DOUBT, reason))
+        if sink.outputs is not None:
+            headers = self._output_headers(doc.identity, doc.activation)
+            headers["reason"] = reason
+            sink.outputs.append(Output(self.trigger.in_doubt, doc.key, doc.envelope, headers))
 
     def _error_output(self, members: list[Document], identity: str, activation: str | None,
                       error_type: str, message: str, attempts: int) -> Output:

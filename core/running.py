@@ -7,7 +7,6 @@ Spark; retries do not wait on simulated time), `run_service_async` for the worke
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,7 +66,7 @@ def run_service(
     while True:
         try:
             value = service.call(payload, _with_attempt(context, attempt))
-            if inspect.isawaitable(value):
+            if service.is_async:
                 value = (run_coroutine or _run_alone)(value)
             return ServiceResult(OK, value, attempt, retries=retries)
         except Exception as exc:
@@ -95,7 +94,7 @@ async def run_service_async(
     while True:
         try:
             value = service.call(payload, _with_attempt(context, attempt))
-            if inspect.isawaitable(value):
+            if service.is_async:
                 value = await value
             return ServiceResult(OK, value, attempt, retries=retries)
         except Exception as exc:

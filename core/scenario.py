@@ -28,12 +28,25 @@ class HistorySeed:
 
 @dataclass(slots=True)
 class Scenario:
-    """A scenario read from its folder."""
+    """A scenario read from its folder; records are read lazily, in file order."""
 
     path: Path
     triggers: TriggerSet
-    records: list[Record]
     history: list[HistorySeed] = field(default_factory=list)
+
+    @property
+    def input_path(self) -> Path:
+        """The scenario's input.jsonl."""
+        return self.path / "input.jsonl"
+
+    def iter_records(self) -> Iterator[Record]:
+        """Every input record in file order, read as it goes."""
+        return read_records(self.input_path)
+
+    @property
+    def records(self) -> list[Record]:
+        """Every input record, in a list."""
+        return list(self.iter_records())
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -45,25 +58,25 @@ def load_scenario(path: str | Path) -> Scenario:
     input_path = folder / "input.jsonl"
     if not input_path.exists():
         raise ScenarioError(f"{input_path}: missing (every scenario has an input.jsonl)")
-    records = list(read_records(input_path))
     seeds: list[HistorySeed] = []
     history_path = folder / "history.jsonl"
     if history_path.exists():
         names = {t.name for t in triggers.triggers}
         seeds = list(read_history(history_path, names))
-    return Scenario(folder, triggers, records, seeds)
+    return Scenario(folder, triggers, seeds)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    loads = orjson.loads
     with path.open("rb") as handle:
         for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
             try:
-                item = orjson.loads(line)
+                item = loads(line)
             except orjson.JSONDecodeError as exc:
+                if not line.strip():
+                    continue
                 raise ScenarioError(f"{path}:{number}: not a JSON line: {exc}") from None
-            if not isinstance(item, dict):
+            if type(item) is not dict:
                 raise ScenarioError(f"{path}:{number}: expected a JSON object")
             yield number, item
 
@@ -73,58 +86,85 @@ def read_records(path: Path) -> Iterator[Record]:
     highest: dict[tuple[str, int], int] = {}
     first_value: dict[tuple[str, int, int], Any] = {}
     for number, item in _lines(path):
-        yield parse_record_line(item, highest, first_value, f"{path}:{number}")
+        yield parse_record_line(item, highest, first_value, _Where(path, number))
+
+
+class _Where:
+    """A file and line, formatted only when an error needs it."""
+
+    __slots__ = ("path", "number")
+
+    def __init__(self, path: Path, number: int) -> None:
+        self.path = path
+        self.number = number
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.number}"
+
 
 
 def parse_record_line(
     item: dict[str, Any],
     highest: dict[tuple[str, int], int],
     first_value: dict[tuple[str, int, int], Any] | None,
-    where: str,
+    where: object,
 ) -> Record:
     """One input line as a Record; `highest` tracks offsets per partition across lines."""
     ts = item.get("ts")
     topic = item.get("topic")
-    if isinstance(ts, bool) or not isinstance(ts, int | float):
-        raise ScenarioError(f"{where}: 'ts' must be a number of seconds")
-    if not isinstance(topic, str) or not topic:
-        raise ScenarioError(f"{where}: 'topic' must be a non-empty string")
+    if type(ts) not in _NUMBER or type(topic) is not str or not topic:
+        _bad_line(item, where)
     partition = item.get("partition")
     if partition is None:
         partition = 0
-    elif isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+    elif type(partition) is not int or partition < 0:
         raise ScenarioError(f"{where}: 'partition' must be a whole number >= 0")
     tp = (topic, partition)
+    top = highest.get(tp, -1)
     offset = item.get("offset")
     if offset is None:
-        offset = highest.get(tp, -1) + 1
-    elif isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        offset = top + 1
+    elif type(offset) is not int or offset < 0:
         raise ScenarioError(f"{where}: 'offset' must be a whole number >= 0")
-    if offset > highest.get(tp, -1):
+    if offset > top:
         highest[tp] = offset
     key = item.get("key")
-    if key is not None and not isinstance(key, str):
+    if key is not None and type(key) is not str:
         raise ScenarioError(f"{where}: 'key' must be a string or null")
-    headers = item.get("headers") or {}
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
+    headers = item.get("headers")
+    if headers:
+        if type(headers) is not dict or not all(
+            type(k) is str and type(v) is str for k, v in headers.items()
+        ):
+            raise ScenarioError(f"{where}: 'headers' must be an object of string values")
+    elif headers is None or headers == {}:
+        headers = {}
+    else:
         raise ScenarioError(f"{where}: 'headers' must be an object of string values")
-    coordinates = (topic, partition, offset)
     if "value" in item:
         value = item["value"]
     elif "raw" in item:
         raw = item["raw"]
-        if not isinstance(raw, str):
+        if type(raw) is not str:
             raise ScenarioError(f"{where}: 'raw' must be a string (the value as UTF-8 text)")
         value = decode_value(raw.encode("utf-8"))
-    elif first_value is not None and coordinates in first_value:
-        value = first_value[coordinates]  # a redelivery that does not repeat its value
+    elif first_value is not None and (topic, partition, offset) in first_value:
+        value = first_value[(topic, partition, offset)]  # a redelivery without its value
     else:
         raise ScenarioError(f"{where}: a record needs 'value' or 'raw'")
-    if first_value is not None and coordinates not in first_value:
-        first_value[coordinates] = value
-    return Record(topic, partition, offset, ts, value, key, dict(headers))
+    if first_value is not None and offset > top:
+        first_value[(topic, partition, offset)] = value
+    return Record(topic, partition, offset, ts, value, key, headers)
+
+
+_NUMBER = (int, float)
+
+
+def _bad_line(item: dict[str, Any], where: object) -> None:
+    ts = item.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, int | float):
+        raise ScenarioError(f"{where}: 'ts' must be a number of seconds")
+    raise ScenarioError(f"{where}: 'topic' must be a non-empty string")
 
 
 def read_history(path: Path, triggers: set[str]) -> Iterator[HistorySeed]:

@@ -9,15 +9,15 @@ from typing import Any
 
 from .calls import CallContext
 from .errors import ScriptedFailure, TransientError
+from .joins import JoinDocument
 
 
 def _newest_body(document: Any) -> Any:
     # A join document carries its members; the newest member is the last one added.
-    if isinstance(document, dict) and "documents" in document and "activation" in document:
+    if type(document) is JoinDocument:
         members = document["documents"]
-        if isinstance(members, dict) and members:
-            newest = list(members.values())[-1]
-            return newest.get("body") if isinstance(newest, dict) else None
+        newest = next(reversed(members.values())) if members else None
+        return newest.get("body") if isinstance(newest, dict) else None
     return document.get("body") if isinstance(document, dict) else None
 
 

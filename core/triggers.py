@@ -80,6 +80,11 @@ class TriggerDef:
         return frozenset(self.types)
 
     @property
+    def join_arity(self) -> int:
+        """How many distinct document types the condition names."""
+        return len(set(self.types))
+
+    @property
     def needs_activation(self) -> bool:
         """All and only_one conditions tie documents by activation."""
         return self.kind in (ALL, ONLY_ONE)
