@@ -1,0 +1,195 @@
+"""Every scenario folder through the core, and a few through the real `onceflow` command.
+
+A scenario's expected.jsonl is compared with the journal as a multiset of the five
+contract fields of spec section 7 (trigger, outcome, identity, activation, ts).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from onceflow.app.replay import replay_scenario
+from onceflow.errors import ConfigError
+from onceflow.scenario import load_scenario
+
+FIELDS = ("trigger", "outcome", "identity", "activation", "ts")
+HERE = Path(__file__).parent
+OWN = HERE / "scenarios"
+SHARED = Path(__file__).parents[2] / "shared" / "examples"
+ONCEFLOW = Path(sys.executable).parent / "onceflow"
+
+
+def scenario_dirs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if (p / "triggers.toml").exists())
+
+
+def five(record: dict) -> tuple:
+    # The ts type is part of the key (design 9: an int ts stays an int), so 5 and 5.0
+    # would not compare equal here even though they do in Python.
+    return tuple(record[f] for f in FIELDS) + (type(record["ts"]).__name__,)
+
+
+def read_expected(folder: Path) -> Counter:
+    lines = (folder / "expected.jsonl").read_text(encoding="utf-8").splitlines()
+    return Counter(five(json.loads(line)) for line in lines if line.strip())
+
+
+def describe(expected: Counter, got: Counter) -> str:
+    out = []
+    for key, n in (expected - got).items():
+        out.append(f"missing x{n}: {key}")
+    for key, n in (got - expected).items():
+        out.append(f"unexpected x{n}: {key}")
+    return "\n".join(out)
+
+
+def test_there_are_enough_scenarios() -> None:
+    assert len(scenario_dirs(OWN)) >= 24
+    for folder in scenario_dirs(OWN):
+        assert (folder / "expected.jsonl").exists(), folder
+
+
+@pytest.mark.parametrize("folder", scenario_dirs(OWN), ids=lambda p: p.name)
+def test_own_scenario(folder: Path) -> None:
+    journal, _, _ = replay_scenario(load_scenario(folder))
+    got = Counter(five(r.as_dict()) for r in journal)
+    expected = read_expected(folder)
+    assert got == expected, describe(expected, got)
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="shared examples are not next to the repo")
+@pytest.mark.parametrize("folder", scenario_dirs(SHARED), ids=lambda p: p.name)
+def test_shared_example(folder: Path) -> None:
+    journal, _, _ = replay_scenario(load_scenario(folder))
+    got = Counter(five(r.as_dict()) for r in journal)
+    expected = read_expected(folder)
+    assert got == expected, describe(expected, got)
+
+
+def test_every_journal_record_has_the_contract_fields() -> None:
+    for folder in scenario_dirs(OWN):
+        journal, _, _ = replay_scenario(load_scenario(folder))
+        for record in journal:
+            data = record.as_dict()
+            assert set(FIELDS) <= set(data)
+            assert data["activation"] is None or isinstance(data["activation"], str)
+
+
+# -- the real command ------------------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    assert ONCEFLOW.exists(), f"the onceflow command is not installed at {ONCEFLOW}"
+    return subprocess.run([str(ONCEFLOW), *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("name", ["and_join_expire", "bad_input", "dupid_drop",
+                                  "timestamps_echoed"])
+def test_cli_replay_prints_the_expected_journal(name: str) -> None:
+    folder = OWN / name
+    done = run_cli("replay", str(folder))
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    got = Counter(five(line) for line in lines)
+    expected = read_expected(folder)
+    assert got == expected, describe(expected, got)
+
+
+def test_cli_replay_of_a_shared_example() -> None:
+    folders = scenario_dirs(SHARED)
+    if not folders:
+        pytest.skip("shared examples are not next to the repo")
+    for folder in folders:
+        done = run_cli("replay", str(folder))
+        assert done.returncode == 0, done.stderr
+        got = Counter(five(json.loads(line)) for line in done.stdout.splitlines() if line)
+        assert got == read_expected(folder)
+
+
+def test_cli_summary_counts_outcomes_per_trigger() -> None:
+    done = run_cli("replay", "--summary", str(OWN / "service_transient_retries"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    head = lines[0]
+    assert head.split()[0] == "trigger"
+    # Cells are right-aligned under their column names: a column ends where its name ends.
+    ends = {m.group(): m.end() for m in re.finditer(r"\S+", head)}
+    rows = {line.split()[0]: line for line in lines[2:] if line.strip()}
+    assert set(rows) == {"retrying", "noretry"}
+
+    def count(trigger: str, outcome: str) -> int:
+        if outcome not in ends:
+            return 0
+        end = ends[outcome]
+        cell = rows[trigger][end - max(len(outcome), 5):end].strip()
+        return int(cell) if cell else 0
+
+    # retrying: j-1 and j-2 processed, j-3 and j-4 error, j-3 rejected, j-1 duplicate;
+    # retries: 2 (j-1) + 1 (j-2) + 2 (j-3) + 2 (j-4).
+    assert count("retrying", "processed") == 2
+    assert count("retrying", "error") == 2
+    assert count("retrying", "duplicate") == 1
+    assert count("retrying", "rejected") == 1
+    assert count("retrying", "retry") == 7
+    assert count("noretry", "error") == 2
+    assert count("noretry", "processed") == 1
+    assert count("noretry", "retry") == 0
+
+
+def test_cli_summary_says_which_trigger_is_suspended() -> None:
+    done = run_cli("replay", "--summary", str(OWN / "suspend_on_retry_failure"))
+    assert done.returncode == 0, done.stderr
+    assert "'fragile' is suspended" in done.stdout
+    # a-3 and the re-sent a-1 are held after a-2 itself.
+    assert "3 document(s)" in done.stdout
+    assert "steady" in done.stdout
+
+
+def test_cli_reports_a_bad_trigger_file_and_exits_nonzero(tmp_path: Path) -> None:
+    (tmp_path / "triggers.toml").write_text(
+        '[[trigger]]\nname = "t"\ntypes = ["a"]\nmax_retry_attempts = -1\n')
+    (tmp_path / "input.jsonl").write_text('{"ts": 0, "topic": "a", "value": {}}\n')
+    done = run_cli("replay", str(tmp_path))
+    assert done.returncode != 0
+    assert "max_retry_attempts" in done.stderr
+    assert "'t'" in done.stderr
+    assert done.stdout == ""
+
+
+def test_unloadable_service_is_a_config_error_naming_the_key(tmp_path: Path) -> None:
+    (tmp_path / "triggers.toml").write_text(
+        '[[trigger]]\nname = "t"\ntypes = ["a"]\nservice = "no_such_module:run"\n')
+    (tmp_path / "input.jsonl").write_text('{"ts": 0, "topic": "a", "value": {}}\n')
+    with pytest.raises(ConfigError) as info:
+        replay_scenario(load_scenario(tmp_path))
+    message = str(info.value)
+    assert "triggers.toml" in message and "'t'" in message and "'service'" in message
+
+
+def test_a_service_beside_the_trigger_file_is_loaded(tmp_path: Path) -> None:
+    (tmp_path / "triggers.toml").write_text(
+        '[[trigger]]\nname = "t"\ntypes = ["a"]\nservice = "beside_svc_mod:handle"\n')
+    (tmp_path / "beside_svc_mod.py").write_text(
+        "def handle(doc):\n"
+        "    if doc['body'].get('boom'):\n"
+        "        raise ValueError('boom')\n"
+        "    return {'seen': doc['uuid']}\n")
+    (tmp_path / "input.jsonl").write_text(
+        '{"ts": 0, "topic": "a", "value": {"uuid": "u-1", "body": {}}}\n'
+        '{"ts": 1, "topic": "a", "value": {"uuid": "u-2", "body": {"boom": true}}}\n')
+    journal, outputs, _ = replay_scenario(load_scenario(tmp_path))
+    assert [(r.identity, r.outcome) for r in journal] == [("u-1", "processed"),
+                                                          ("u-2", "error")]
+    by_topic = {o.topic: o for o in outputs}
+    assert by_topic["t.out"].value == {"seen": "u-1"}
+    assert by_topic["t.error"].value["error"]["type"] == "ValueError"
