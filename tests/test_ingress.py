@@ -1,0 +1,329 @@
+"""Ingress (spec sections 1 and 2): the duplicate-ID cache against a plain reference
+model, delivery counts, envelope validation and routing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from onceflow.engine import DEAD_LETTER_TOPIC, Engine, MemoryState
+from onceflow.envelope import (
+    BadEnvelope,
+    NotJson,
+    Record,
+    check_envelope,
+    decode_value,
+    encode_value,
+    parse_delivery_count,
+)
+from onceflow.ingress import DeliveryCounter, IdCache, Ingress
+from onceflow.triggers import parse_triggers
+
+
+class ReferenceIdCache:
+    """Artemis' circular duplicate-ID cache written as plainly as possible.
+
+    n slots; the (n+1)th id stored overwrites slot 0.  An id that is held is a duplicate
+    unless the record carrying it is the one that first carried it (design 1).  A dropped
+    id is not stored again.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.slots: list[str | None] = [None] * size
+        self.next = 0
+        self.first: dict[str, str] = {}
+
+    def seen(self, dup_id: str, message_id: str) -> bool:
+        if dup_id in self.first:
+            return self.first[dup_id] != message_id
+        evicted = self.slots[self.next]
+        if evicted is not None:
+            del self.first[evicted]
+        self.slots[self.next] = dup_id
+        self.first[dup_id] = message_id
+        self.next = (self.next + 1) % len(self.slots)
+        return False
+
+    def ids(self) -> list[str]:
+        n = len(self.slots)
+        ordered = [self.slots[(self.next + i) % n] for i in range(n)]
+        return [i for i in ordered if i is not None]
+
+
+# -- IdCache --------------------------------------------------------------------------------
+
+def test_id_cache_size_two_overwrites_slot_zero_with_the_third_id() -> None:
+    cache = IdCache({}, "t/0", 2)
+    assert not cache.seen("d1", "m1")
+    assert not cache.seen("d2", "m2")
+    assert cache.ids() == ["d1", "d2"]
+    assert not cache.seen("d3", "m3")  # overwrites slot 0: d1 is gone
+    assert "d1" not in cache and "d2" in cache and "d3" in cache
+    assert cache.ids() == ["d2", "d3"]
+    assert not cache.seen("d1", "m4")  # d1 is accepted again, and evicts d2
+    assert cache.seen("d3", "m5")
+    assert not cache.seen("d2", "m6")
+
+
+def test_id_cache_lets_the_first_carrier_through_again() -> None:
+    cache = IdCache({}, "t/0", 10)
+    assert not cache.seen("d1", "t/0@0")
+    assert not cache.seen("d1", "t/0@0")  # the broker redelivering the same record
+    assert cache.seen("d1", "t/0@7")  # a re-sent copy
+    assert cache.ids() == ["d1"]
+
+
+def test_id_cache_survives_a_restart_over_its_store() -> None:
+    store: dict[str, Any] = {}
+    cache = IdCache(store, "t/0", 3)
+    for i, dup in enumerate(["a", "b", "c", "d"]):
+        cache.seen(dup, f"m{i}")
+    again = IdCache(store, "t/0", 3)
+    assert again.ids() == cache.ids() == ["b", "c", "d"]
+    assert again.seen("b", "other")
+    assert not again.seen("e", "m9")  # continues at the right slot: overwrites b
+    assert again.ids() == ["c", "d", "e"]
+
+
+def test_id_caches_of_two_partitions_share_a_store_but_not_their_ids() -> None:
+    store: dict[str, Any] = {}
+    p0, p1 = IdCache(store, "t/0", 2), IdCache(store, "t/1", 2)
+    assert not p0.seen("d1", "m1")
+    assert not p1.seen("d1", "m2")
+    assert p0.seen("d1", "m3") and p1.seen("d1", "m4")
+    p0.seen("x", "m5")
+    p0.seen("y", "m6")  # evicts d1 from partition 0 only
+    assert "d1" not in p0 and "d1" in p1
+
+
+operations = st.lists(
+    st.tuples(st.sampled_from(["d0", "d1", "d2", "d3", "d4", "d5"]),
+              st.sampled_from(["m0", "m1", "m2"])),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(1, 5), ops=operations, restart_at=st.integers(0, 60))
+def test_id_cache_equals_the_reference_model(size: int, ops: list[tuple[str, str]],
+                                             restart_at: int) -> None:
+    store: dict[str, Any] = {}
+    cache = IdCache(store, "t/0", size)
+    model = ReferenceIdCache(size)
+    for i, (dup, mid) in enumerate(ops):
+        if i == restart_at:  # a persisted cache is rebuilt from its store
+            cache = IdCache(store, "t/0", size)
+        assert cache.seen(dup, mid) == model.seen(dup, mid)
+        assert cache.ids() == model.ids()
+        assert len(cache.ids()) <= size
+    for dup in ["d0", "d1", "d2", "d3", "d4", "d5"]:
+        assert (dup in cache) == (dup in model.first)
+
+
+# -- delivery counts -------------------------------------------------------------------------
+
+def rec(offset: int, headers: dict[str, str] | None = None, partition: int = 0,
+        topic: str = "t", value: Any = None, ts: float = 0.0) -> Record:
+    return Record(topic, partition, offset, ts, {} if value is None else value, None,
+                  headers or {})
+
+
+def test_delivery_count_derived_from_the_highest_offset_started() -> None:
+    counter = DeliveryCounter({})
+    assert counter.count(rec(0)) == 1
+    assert counter.count(rec(1)) == 1
+    assert counter.count(rec(1)) == 2  # same offset again: a redelivery
+    assert counter.count(rec(0)) == 2  # at or below the highest started
+    assert counter.count(rec(5)) == 1
+    assert counter.count(rec(3)) == 2
+    assert counter.highest("t", 0) == 5
+    assert counter.count(rec(0, partition=1)) == 1  # partitions are counted apart
+    assert counter.highest("t", 1) == 0
+    assert counter.highest("t", 2) is None
+
+
+def test_delivery_count_survives_a_restart_through_its_store() -> None:
+    store: dict[str, Any] = {}
+    DeliveryCounter(store).count(rec(4))
+    after = DeliveryCounter(store)
+    assert after.count(rec(4)) == 2
+    assert after.count(rec(2)) == 2
+    assert after.count(rec(5)) == 1
+
+
+@pytest.mark.parametrize("header,expected", [
+    ("1", 1), ("2", 2), ("17", 17), (" 3 ", 3),
+    ("-1", -1), ("0", -1), ("garbage", -1), ("2.5", -1), ("", -1),
+])
+def test_delivery_count_header_wins_over_the_derived_count(header: str,
+                                                           expected: int) -> None:
+    assert parse_delivery_count(header) == expected
+    counter = DeliveryCounter({})
+    assert counter.count(rec(0, {"delivery-count": header})) == expected
+    # On a redelivered offset the header still wins.
+    assert counter.count(rec(0, {"delivery-count": header})) == expected
+
+
+# -- envelope ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [
+    {}, {"body": None}, {"type": "a", "uuid": "u", "activation": "x", "body": [1]},
+    {"uuid": ""}, {"extra": 5, "reply-to": "r"},
+])
+def test_good_envelopes(value: Any) -> None:
+    check_envelope(value)
+
+
+@pytest.mark.parametrize("value,words", [
+    (NotJson("x"), "not JSON"),
+    ([1], "not an object"),
+    ("s", "not an object"),
+    (None, "not an object"),
+    (3, "not an object"),
+    ({"type": 1}, "'type'"),
+    ({"uuid": None}, "'uuid'"),
+    ({"uuid": ["u"]}, "'uuid'"),
+    ({"activation": {"id": 1}}, "'activation'"),
+    ({"activation": True}, "'activation'"),
+])
+def test_bad_envelopes_say_why(value: Any, words: str) -> None:
+    with pytest.raises(BadEnvelope) as info:
+        check_envelope(value)
+    assert words in info.value.reason
+
+
+def test_values_that_are_not_json_are_kept_as_text() -> None:
+    assert decode_value(b'{"a": 1}') == {"a": 1}
+    assert decode_value(b"[1]") == [1]
+    assert decode_value(b"not json") == NotJson("not json")
+    assert decode_value(b"") == NotJson("")
+    assert decode_value(None) == NotJson("")
+    assert encode_value(NotJson("raw \u00e9")) == "raw \u00e9".encode()
+    assert decode_value(encode_value({"x": "y"})) == {"x": "y"}
+
+
+def test_message_id_is_the_header_else_the_coordinates() -> None:
+    assert rec(7, partition=2).message_id == "t/2@7"
+    assert rec(7, {"message-id": "JMS-1"}).message_id == "JMS-1"
+
+
+# -- Ingress.admit -----------------------------------------------------------------------------
+
+TRIGGERS = parse_triggers({
+    "trigger": [
+        {"name": "one", "types": ["order"]},
+        {"name": "two", "types": ["order", "refund"], "condition": "any"},
+        {"name": "inbox", "types": ["memo"], "topics": ["mail"]},
+    ],
+    "topic": {"order": {"id_cache_size": 2}, "mail": {"persist_id_cache": False}},
+})
+
+
+def make_ingress(state: MemoryState | None = None) -> Ingress:
+    state = state or MemoryState()
+    return Ingress(TRIGGERS, state.progress, state.id_store)
+
+
+def test_admit_builds_the_document_and_routes_it_to_every_trigger_of_its_type() -> None:
+    admitted = make_ingress().admit(
+        rec(0, {"message-id": "m-1"}, topic="order",
+            value={"uuid": "u-1", "activation": "a", "body": 1}, ts=12.5), position=4)
+    assert admitted.journal == [] and admitted.rejected_reason is None
+    assert [t.name for t, _ in admitted.routed] == ["one", "two"]
+    document = admitted.routed[0][1]
+    assert (document.type, document.identity, document.activation, document.ts) == (
+        "order", "u-1", "a", 12.5)
+    assert (document.message_id, document.delivery_count, document.position) == (
+        "m-1", 1, 4)
+
+
+@pytest.mark.parametrize("value,headers,identity", [
+    ({"uuid": "u-1"}, {}, "u-1"),
+    ({}, {}, "order/0@0"),
+    ({"uuid": ""}, {}, "order/0@0"),  # design 7: empty uuid -> message id
+    ({}, {"message-id": "JMS-9"}, "JMS-9"),
+    ({"uuid": "u-2"}, {"message-id": "JMS-9"}, "u-2"),
+])
+def test_identity_is_the_uuid_else_the_message_id(value: dict, headers: dict,
+                                                  identity: str) -> None:
+    admitted = make_ingress().admit(rec(0, headers, topic="order", value=value))
+    assert admitted.routed[0][1].identity == identity
+
+
+def test_type_comes_from_the_field_else_the_topic() -> None:
+    ingress = make_ingress()
+    routed = ingress.admit(rec(0, topic="mail", value={"type": "memo"})).routed
+    assert [(t.name, d.type) for t, d in routed] == [("inbox", "memo")]
+    untyped = ingress.admit(rec(1, topic="mail", value={"uuid": "u"}))
+    assert untyped.routed == []
+    (record,) = untyped.journal
+    assert (record.trigger, record.outcome, record.identity) == (None, "bad-input", "u")
+    assert "'mail'" in (record.reason or "")
+
+
+def test_a_topic_no_trigger_reads_is_bad_input() -> None:
+    admitted = make_ingress().admit(rec(0, topic="nobody", value={"uuid": "u"}))
+    assert [(r.outcome, r.identity) for r in admitted.journal] == [("bad-input", "u")]
+    assert admitted.rejected_reason
+
+
+def test_dup_id_is_checked_per_partition_and_redelivery_passes() -> None:
+    ingress = make_ingress()
+    first = ingress.admit(rec(0, {"dup-id": "d"}, topic="order", value={"uuid": "u-1"}))
+    assert len(first.routed) == 2
+    again = ingress.admit(rec(1, {"dup-id": "d"}, topic="order", value={"uuid": "u-2",
+                                                                         "activation": "x"}))
+    assert [(r.trigger, r.outcome, r.identity, r.activation) for r in again.journal] == [
+        (None, "duplicate-id", "u-2", "x")]
+    assert again.routed == []
+    redelivered = ingress.admit(rec(0, {"dup-id": "d"}, topic="order",
+                                    value={"uuid": "u-1"}))
+    assert len(redelivered.routed) == 2
+    assert redelivered.routed[0][1].delivery_count == 2
+    other_partition = ingress.admit(rec(0, {"dup-id": "d"}, topic="order", partition=1,
+                                        value={"uuid": "u-3"}))
+    assert len(other_partition.routed) == 2
+
+
+def test_records_without_dup_id_are_never_dropped_by_the_cache() -> None:
+    ingress = make_ingress()
+    for offset in range(5):
+        admitted = ingress.admit(rec(offset, topic="order", value={"uuid": "same"}))
+        assert admitted.journal == [] and len(admitted.routed) == 2
+
+
+def test_persisted_cache_survives_restart_and_the_memory_one_does_not() -> None:
+    state = MemoryState()
+    ingress = make_ingress(state)
+    ingress.admit(rec(0, {"dup-id": "d"}, topic="order", value={"uuid": "o"}))
+    ingress.admit(rec(0, {"dup-id": "d"}, topic="mail", value={"type": "memo", "uuid": "m"}))
+    assert state.ids and state.volatile_ids
+    # Restart: the changelogged state comes back, the in-memory caches do not.
+    restarted = MemoryState()
+    restarted.progress = state.progress
+    restarted.ids = state.ids
+    after = make_ingress(restarted)
+    order = after.admit(rec(1, {"dup-id": "d"}, topic="order", value={"uuid": "o2"}))
+    assert [r.outcome for r in order.journal] == ["duplicate-id"]
+    mail = after.admit(rec(1, {"dup-id": "d"}, topic="mail",
+                           value={"type": "memo", "uuid": "m2"}))
+    assert mail.journal == [] and len(mail.routed) == 1
+
+
+def test_bad_input_reaches_no_trigger_and_is_kept_in_the_dead_letter_topic() -> None:
+    engine = Engine(TRIGGERS)
+    out = engine.process(Record("order", 0, 0, 3.0, NotJson("<xml/>"), "k",
+                                {"message-id": "m-7"}), 0)
+    assert [(r.trigger, r.outcome, r.identity, r.activation, r.ts) for r in out.journal] == [
+        (None, "bad-input", "m-7", None, 3.0)]
+    (dead,) = out.outputs
+    assert dead.topic == DEAD_LETTER_TOPIC
+    assert dead.value["raw"] == "<xml/>"
+    assert "not JSON" in dead.value["reason"]
+    # The worker goes on: the next record is processed.
+    out = engine.process(Record("order", 0, 1, 4.0, {"uuid": "u"}), 1)
+    assert sorted(r.outcome for r in out.journal) == ["processed", "processed"]
