@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -18,9 +18,17 @@ from onceflow.scenario import Scenario, load_scenario
 
 
 def replay_scenario(
-    scenario: Scenario, *, keep_outputs: bool = True
+    scenario: Scenario,
+    *,
+    keep_outputs: bool = True,
+    on_journal: Callable[[list[JournalRecord]], None] | None = None,
+    chunk: int = 4096,
 ) -> tuple[list[JournalRecord], list[Output], Engine]:
-    """Run every record of a scenario in file order; return the journal and the outputs."""
+    """Run every record of a scenario in file order; return the journal and the outputs.
+
+    With `on_journal`, journal records are handed over in chunks as they are made and not
+    kept, so a long replay streams in constant memory for the journal.
+    """
     engine = Engine(scenario.triggers, base_dir=scenario.path)
     for seed in scenario.history:
         engine.seed_history(seed.trigger, seed.identity, seed.status, seed.ts, seed.failed,
@@ -30,6 +38,12 @@ def replay_scenario(
     try:
         for position, record in enumerate(scenario.iter_records()):
             process(record, position, sink)
+            if on_journal is not None and len(sink.journal) >= chunk:
+                on_journal(sink.journal)
+                sink.journal = []
+        if on_journal is not None:
+            on_journal(sink.journal)
+            sink.journal = []
     finally:
         engine.close()
     return sink.journal, sink.outputs or [], engine
@@ -87,20 +101,32 @@ assert set(_OUTCOME_ORDER) == OUTCOMES
 
 def run(path: str, *, summary: bool = False, outputs: str | None = None) -> int:
     """The `onceflow replay` command."""
-    # A replay allocates millions of short-lived, acyclic objects; the cyclic collector
-    # would rescan them all again and again for nothing.
-    gc.set_threshold(500_000, 50, 100)
     scenario = load_scenario(path)
-    journal, produced, engine = replay_scenario(scenario, keep_outputs=bool(outputs))
+    counts: list[dict[str, Any]] = []
+    stream = sys.stdout.buffer
+
+    def emit(records: list[JournalRecord]) -> None:
+        if summary:
+            counts.extend({"trigger": r.trigger, "outcome": r.outcome} for r in records)
+        else:
+            write_journal(records, stream)
+
+    # A replay allocates millions of small objects that the state keeps (history, joins,
+    # id caches) and almost no reference cycles; the cyclic collector would rescan the
+    # growing state again and again for nothing, so it is paused for the run.
+    gc.disable()
+    try:
+        _, produced, engine = replay_scenario(scenario, keep_outputs=bool(outputs),
+                                              on_journal=emit)
+    finally:
+        gc.enable()
     if outputs:
         write_outputs(produced, Path(outputs))
     if summary:
-        sys.stdout.write(summary_table(r.as_dict() for r in journal))
+        sys.stdout.write(summary_table(counts))
         for name, held in engine.held.items():
             if held:
                 sys.stdout.write(f"trigger {name!r} is suspended; {len(held)} document(s) "
                                  f"stay unacknowledged\n")
-    else:
-        write_journal(journal, sys.stdout.buffer)
-        sys.stdout.flush()
+    sys.stdout.flush()
     return 0
