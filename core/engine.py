@@ -136,7 +136,12 @@ class Engine:
         processor = self.processors[trigger]
         if processor.history is None:
             return
-        key = identity if activation is None else history_key(identity, activation)
+        # Only join triggers keep history under the activation; any other trigger looks
+        # its documents up by identity alone, so a seed's activation does not apply.
+        if activation is None or not processor.trigger.routes_by_activation:
+            key = identity
+        else:
+            key = history_key(identity, activation)
         processor.history.seed(key, status, ts, failed)
 
     def advance(self, ts: float) -> list[JournalRecord]:
