@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from onceflow.durations import format_duration, parse_duration
 from onceflow.errors import ConfigError
 from onceflow.triggers import load_triggers

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from onceflow.calls import CallContext, Callee
 from onceflow.decision import Status, decide
 from onceflow.envelope import Document

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from onceflow.app.replay import replay_scenario
 from onceflow.calls import CallContext, Callee
 from onceflow.engine import Engine, MemoryState
@@ -48,7 +47,7 @@ class Feed:
         return [(r.trigger, r.outcome, r.identity) for r in out.journal]
 
 
-# -- outputs ------------------------------------------------------------------------------------
+# -- outputs -----------------------------------------------------------------------------------
 
 def test_result_goes_to_the_output_topic_with_a_deterministic_dup_id() -> None:
     feed = Feed(engine_for({"name": "bill", "types": ["inv"]}))
@@ -98,7 +97,7 @@ def test_exhausted_retries_report_the_attempts_made() -> None:
     assert error.value["error"]["type"] == "TransientError"
 
 
-# -- suspension ----------------------------------------------------------------------------------
+# -- suspension --------------------------------------------------------------------------------
 
 def test_suspension_removes_the_processing_entry_so_the_resumed_document_is_new() -> None:
     down = {"flag": True}
@@ -148,7 +147,7 @@ def test_a_suspended_trigger_does_not_stop_the_others() -> None:
     assert feed.send("a", 1, uuid="y") == [("u", "processed", "y")]
 
 
-# -- history that cannot be read or written ---------------------------------------------------------
+# -- history that cannot be read or written ----------------------------------------------------
 
 class Unwritable(dict):
     """Reads work, writes fail: the changelog cannot be reached."""
@@ -218,7 +217,7 @@ def test_history_write_failure_in_a_join_keeps_the_join_consistent() -> None:
     assert list(engine.processors["j"].joins.get("x")["members"]) == ["a"]
 
 
-# -- sweeps -------------------------------------------------------------------------------------------
+# -- sweeps ------------------------------------------------------------------------------------
 
 def test_periodic_sweep_removes_expired_history_on_partition_time() -> None:
     engine = engine_for({"name": "t", "types": ["a"], "history_ttl": "1h",
@@ -258,7 +257,7 @@ def test_a_late_record_without_a_sweep_is_a_duplicate() -> None:
     assert feed.send("a", 100, uuid="u-1") == [("t", "duplicate", "u-1")]
 
 
-# -- end of input and suspended joins ------------------------------------------------------------------
+# -- end of input and suspended joins ----------------------------------------------------------
 
 @pytest.mark.xfail(strict=True, reason=(
     "core: a suspended trigger never expires its open joins (processor.expire returns "
@@ -285,7 +284,7 @@ def test_open_joins_of_a_suspended_trigger_still_expire(tmp_path: Path) -> None:
     assert ("j", "join-expired", "a1") in outcomes
 
 
-# -- history.jsonl seeds ----------------------------------------------------------------------------------
+# -- history.jsonl seeds -----------------------------------------------------------------------
 
 def test_a_seed_without_activation_applies_to_a_simple_trigger() -> None:
     engine = engine_for({"name": "t", "types": ["a"]})

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from onceflow.engine import DEAD_LETTER_TOPIC, Engine, MemoryState
 from onceflow.envelope import (
     BadEnvelope,
@@ -23,7 +22,6 @@ from onceflow.envelope import (
 from onceflow.ingress import DeliveryCounter, IdCache, Ingress
 from onceflow.triggers import parse_triggers
 from reference_models import ReferenceIdCache
-
 
 # -- IdCache --------------------------------------------------------------------------------
 

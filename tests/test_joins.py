@@ -8,7 +8,6 @@ import json
 from typing import Any
 
 import pytest
-
 from onceflow.calls import CallContext, Callee
 from onceflow.engine import Engine, MemoryState
 from onceflow.envelope import Document, Record
@@ -299,7 +298,8 @@ def test_xor_window_reopens_after_the_timeout() -> None:
     payloads = [payload for payload, _ in service.calls]
     assert all(isinstance(p, JoinDocument) for p in payloads)
     assert [list(p["documents"]) for p in payloads] == [["a"], ["b"]]
-    assert [p["documents"][t]["uuid"] for p, t in zip(payloads, "ab")] == ["a-1", "b-2"]
+    winners = [p["documents"][t]["uuid"] for p, t in zip(payloads, "ab", strict=True)]
+    assert winners == ["a-1", "b-2"]
 
 
 def test_xor_over_one_type_listed_twice_gives_the_service_the_document_itself() -> None:

@@ -23,7 +23,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from onceflow.calls import CallContext, Callee
 from onceflow.engine import Engine
 from onceflow.envelope import MAX_IDENTITY_LENGTH, Record

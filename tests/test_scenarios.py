@@ -14,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from onceflow.app.replay import replay_scenario
 from onceflow.errors import ConfigError
 from onceflow.scenario import load_scenario
