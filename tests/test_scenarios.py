@@ -192,3 +192,21 @@ def test_a_service_beside_the_trigger_file_is_loaded(tmp_path: Path) -> None:
     by_topic = {o.topic: o for o in outputs}
     assert by_topic["t.out"].value == {"seen": "u-1"}
     assert by_topic["t.error"].value["error"]["type"] == "ValueError"
+
+
+def test_cli_outputs_writes_one_file_per_topic(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run_cli("replay", "--outputs", str(out), str(OWN / "service_fatal"))
+    assert done.returncode == 0, done.stderr
+    # The journal is still printed in full.
+    got = Counter(five(json.loads(line)) for line in done.stdout.splitlines() if line)
+    assert got == read_expected(OWN / "service_fatal")
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["billing.error.jsonl", "billing.out.jsonl", "nohistory.error.jsonl"]
+    errors = [json.loads(line) for line in (out / "nohistory.error.jsonl").read_text()
+              .splitlines()]
+    assert [e["value"]["identity"] for e in errors] == ["m-1", "m-1"]
+    (ok,) = [json.loads(line) for line in (out / "billing.out.jsonl").read_text()
+             .splitlines()]
+    assert ok["value"] == {"ok": True}
+    assert ok["headers"]["dup-id"] == "billing:a-2"
