@@ -393,3 +393,32 @@ def test_restarted_engine_still_expires_joins_opened_before_the_restart() -> Non
     second = engine_for(FULFIL, state=first.state)
     expired = second.advance(61)
     assert [(r.outcome, r.identity, r.ts) for r in expired] == [("join-expired", "o-1", 0)]
+
+
+LATE = ("core bug: Engine.process looks at join deadlines only when a record moves "
+        "partition time forward, so a join or window opened by a late record (deadline "
+        "already behind partition time) is not expired before the next record with the "
+        "same ts as partition time (design 4: expired when partition time > deadline)")
+
+
+@pytest.mark.xfail(strict=True, reason=LATE)
+def test_a_late_join_whose_deadline_is_behind_partition_time_cannot_complete() -> None:
+    engine = engine_for(FULFIL)  # join_timeout 1m
+    feed = Feed(engine)
+    feed.send("order", 1000, uuid="o-0", activation="other")
+    feed.send("order", 5, uuid="o-1", activation="c")  # deadline 65; time is 1000
+    # The payment comes 995 s after o-1: the join expired long ago.
+    assert feed.send("payment", 1000, uuid="p-1", activation="c") == [
+        ("fulfil", "join-expired", "o-1", "c", 5),
+        ("fulfil", "join-pending", "p-1", "c", 1000),
+    ]
+
+
+@pytest.mark.xfail(strict=True, reason=LATE)
+def test_a_late_xor_window_behind_partition_time_does_not_discard() -> None:
+    feed = Feed(engine_for({"name": "pick", "types": ["a", "b"], "condition": "only_one",
+                            "join_timeout": "10s"}))
+    feed.send("a", 1000, uuid="a-0", activation="other")
+    feed.send("a", 5, uuid="a-1", activation="x")  # window until 15
+    assert feed.send("b", 1000, uuid="b-1", activation="x") == [
+        ("pick", "processed", "b-1", "x", 1000)]

@@ -57,8 +57,18 @@ def test_there_are_enough_scenarios() -> None:
         assert (folder / "expected.jsonl").exists(), folder
 
 
+def expect_failure_if_marked(folder: Path, request: pytest.FixtureRequest) -> None:
+    # A scenario whose expected.jsonl follows the spec but which the core gets wrong holds
+    # an XFAIL file saying why; strict, so the test reports as soon as the core is fixed.
+    marker = folder / "XFAIL"
+    if marker.exists():
+        reason = marker.read_text(encoding="utf-8").strip()
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+
+
 @pytest.mark.parametrize("folder", scenario_dirs(OWN), ids=lambda p: p.name)
-def test_own_scenario(folder: Path) -> None:
+def test_own_scenario(folder: Path, request: pytest.FixtureRequest) -> None:
+    expect_failure_if_marked(folder, request)
     journal, _, _ = replay_scenario(load_scenario(folder))
     got = Counter(five(r.as_dict()) for r in journal)
     expected = read_expected(folder)
