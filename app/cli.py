@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 
 from onceflow.errors import OnceflowError
@@ -44,5 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     return 1
 
 
+def entry() -> None:
+    """The console script: run, then leave without tearing down the state objects.
+
+    A replay of millions of records holds millions of small objects; freeing them one by
+    one at interpreter exit takes seconds and serves nothing.
+    """
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        pass
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

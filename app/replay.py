@@ -41,6 +41,7 @@ def replay_scenario(
             if on_journal is not None and len(sink.journal) >= chunk:
                 on_journal(sink.journal)
                 sink.journal = []
+        engine.end_of_input(sink)
         if on_journal is not None:
             on_journal(sink.journal)
             sink.journal = []

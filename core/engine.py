@@ -158,6 +158,19 @@ class Engine:
             self._sweep(now)
         return records
 
+    def _expire_due(self, now: float, journal: list[JournalRecord]) -> None:
+        for processor, deadlines in self._join_indexes:
+            if deadlines and deadlines[0][0] < now:
+                journal.extend(processor.expire(now))
+
+    def end_of_input(self, sink: Sink | None = None) -> Sink:
+        """Expire every open join whose deadline has passed by the end of the input."""
+        if sink is None:
+            sink = Sink()
+        if self.now is not None:
+            self._expire_due(self.now, sink.journal)
+        return sink
+
     def _sweep(self, now: float) -> None:
         due = float("inf")
         for processor in self.processors.values():
@@ -185,6 +198,10 @@ class Engine:
             expired = self.advance(record.ts)
             if expired:
                 journal.extend(expired)
+        else:
+            # A late record may have opened a join whose deadline is already behind
+            # partition time: it is expired before the next record is looked at.
+            self._expire_due(now, journal)
         document, targets, rejected = self.ingress.admit_into(record, position, journal)
         if document is not None:
             processors = self.processors

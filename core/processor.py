@@ -272,7 +272,8 @@ class TriggerProcessor:
 
     def expire(self, now: float) -> list[JournalRecord]:
         """Expire joins whose deadline has passed; journal each dropped document."""
-        if self.joins is None or self.suspended:
+        # A suspended trigger holds its documents, but its open joins still age.
+        if self.joins is None:
             return []
         records = []
         for activation, dropped in self.joins.expire(now):

@@ -85,31 +85,34 @@ def read_records(path: Path) -> Iterator[Record]:
     """Records of an input.jsonl in file order, with partitions and offsets filled in."""
     highest: dict[tuple[str, int], int] = {}
     first_value: dict[tuple[str, int, int], Any] = {}
-    for number, item in _lines(path):
-        yield parse_record_line(item, highest, first_value, _Where(path, number))
-
-
-class _Where:
-    """A file and line, formatted only when an error needs it."""
-
-    __slots__ = ("path", "number")
-
-    def __init__(self, path: Path, number: int) -> None:
-        self.path = path
-        self.number = number
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.number}"
-
+    loads = orjson.loads
+    with path.open("rb") as handle:
+        number = 0
+        for line in handle:
+            number += 1
+            try:
+                item = loads(line)
+                if type(item) is not dict:
+                    raise ScenarioError("expected a JSON object")
+                yield parse_record_line(item, highest, first_value, "")
+            except orjson.JSONDecodeError as exc:
+                if not line.strip():
+                    continue
+                raise ScenarioError(f"{path}:{number}: not a JSON line: {exc}") from None
+            except ScenarioError as exc:
+                raise ScenarioError(f"{path}:{number}: {exc}") from None
 
 
 def parse_record_line(
     item: dict[str, Any],
     highest: dict[tuple[str, int], int],
     first_value: dict[tuple[str, int, int], Any] | None,
-    where: object,
+    where: str = "",
 ) -> Record:
-    """One input line as a Record; `highest` tracks offsets per partition across lines."""
+    """One input line as a Record; `highest` tracks offsets per partition across lines.
+
+    Errors name `where` (a file and line) when given.
+    """
     ts = item.get("ts")
     topic = item.get("topic")
     if type(ts) not in _NUMBER or type(topic) is not str or not topic:
@@ -118,40 +121,40 @@ def parse_record_line(
     if partition is None:
         partition = 0
     elif type(partition) is not int or partition < 0:
-        raise ScenarioError(f"{where}: 'partition' must be a whole number >= 0")
+        raise ScenarioError(f"{_at(where)}'partition' must be a whole number >= 0")
     tp = (topic, partition)
     top = highest.get(tp, -1)
     offset = item.get("offset")
     if offset is None:
         offset = top + 1
     elif type(offset) is not int or offset < 0:
-        raise ScenarioError(f"{where}: 'offset' must be a whole number >= 0")
+        raise ScenarioError(f"{_at(where)}'offset' must be a whole number >= 0")
     if offset > top:
         highest[tp] = offset
     key = item.get("key")
     if key is not None and type(key) is not str:
-        raise ScenarioError(f"{where}: 'key' must be a string or null")
+        raise ScenarioError(f"{_at(where)}'key' must be a string or null")
     headers = item.get("headers")
     if headers:
         if type(headers) is not dict or not all(
             type(k) is str and type(v) is str for k, v in headers.items()
         ):
-            raise ScenarioError(f"{where}: 'headers' must be an object of string values")
+            raise ScenarioError(f"{_at(where)}'headers' must be an object of string values")
     elif headers is None or headers == {}:
         headers = {}
     else:
-        raise ScenarioError(f"{where}: 'headers' must be an object of string values")
+        raise ScenarioError(f"{_at(where)}'headers' must be an object of string values")
     if "value" in item:
         value = item["value"]
     elif "raw" in item:
         raw = item["raw"]
         if type(raw) is not str:
-            raise ScenarioError(f"{where}: 'raw' must be a string (the value as UTF-8 text)")
+            raise ScenarioError(f"{_at(where)}'raw' must be a string (the value as UTF-8 text)")
         value = decode_value(raw.encode("utf-8"))
     elif first_value is not None and (topic, partition, offset) in first_value:
         value = first_value[(topic, partition, offset)]  # a redelivery without its value
     else:
-        raise ScenarioError(f"{where}: a record needs 'value' or 'raw'")
+        raise ScenarioError(f"{_at(where)}a record needs 'value' or 'raw'")
     if first_value is not None and offset > top:
         first_value[(topic, partition, offset)] = value
     return Record(topic, partition, offset, ts, value, key, headers)
@@ -160,36 +163,40 @@ def parse_record_line(
 _NUMBER = (int, float)
 
 
-def _bad_line(item: dict[str, Any], where: object) -> None:
+def _at(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+def _bad_line(item: dict[str, Any], where: str) -> None:
     ts = item.get("ts")
     if isinstance(ts, bool) or not isinstance(ts, int | float):
-        raise ScenarioError(f"{where}: 'ts' must be a number of seconds")
-    raise ScenarioError(f"{where}: 'topic' must be a non-empty string")
+        raise ScenarioError(f"{_at(where)}'ts' must be a number of seconds")
+    raise ScenarioError(f"{_at(where)}'topic' must be a non-empty string")
 
 
 def read_history(path: Path, triggers: set[str]) -> Iterator[HistorySeed]:
     """Seeds of a history.jsonl."""
     for number, item in _lines(path):
-        where = f"{path}:{number}"
+        where = f"{path}:{number}: "
         trigger = item.get("trigger")
         if trigger not in triggers:
-            raise ScenarioError(f"{where}: 'trigger' must name a trigger of triggers.toml, "
+            raise ScenarioError(f"{where}'trigger' must name a trigger of triggers.toml, "
                                 f"got {trigger!r}")
         identity = item.get("identity")
         if not isinstance(identity, str) or not identity:
-            raise ScenarioError(f"{where}: 'identity' must be a non-empty string")
+            raise ScenarioError(f"{where}'identity' must be a non-empty string")
         status = item.get("status")
         if status not in ("processing", "completed"):
-            raise ScenarioError(f"{where}: 'status' must be \"processing\" or \"completed\"")
+            raise ScenarioError(f"{where}'status' must be \"processing\" or \"completed\"")
         ts = item.get("ts")
         if isinstance(ts, bool) or not isinstance(ts, int | float):
-            raise ScenarioError(f"{where}: 'ts' must be a number of seconds")
+            raise ScenarioError(f"{where}'ts' must be a number of seconds")
         failed = item.get("failed", False)
         if not isinstance(failed, bool):
-            raise ScenarioError(f"{where}: 'failed' must be true or false")
+            raise ScenarioError(f"{where}'failed' must be true or false")
         activation = item.get("activation")
         if activation is not None and not isinstance(activation, str):
-            raise ScenarioError(f"{where}: 'activation' must be a string")
+            raise ScenarioError(f"{where}'activation' must be a string")
         yield HistorySeed(trigger, identity, status, ts, failed, activation)
 
 

@@ -234,10 +234,9 @@ def test_periodic_sweep_removes_expired_history_on_partition_time() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "core: the history sweep runs on partition time (running max ts) and deletes an "
-    "entry that a late record, judged on its own record time, still sees inside "
-    "history_ttl; the service then runs twice for u-1, 100 s apart, and the outcome "
-    "depends on when a sweep happened (replay vs worker)"))
+    "documented limitation (docs/design.md): the history sweep runs on partition time "
+    "and may remove an entry that a record arriving more than history_ttl behind "
+    "partition time would still see on its own record time"))
 def test_a_late_record_is_judged_on_record_time_even_after_a_sweep() -> None:
     feed = Feed(engine_for({"name": "t", "types": ["a"], "history_ttl": "1h"}))
     feed.send("a", 0, uuid="u-1")
@@ -259,11 +258,6 @@ def test_a_late_record_without_a_sweep_is_a_duplicate() -> None:
 
 # -- end of input and suspended joins ----------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core: a suspended trigger never expires its open joins (processor.expire returns "
-    "nothing while suspended), so at the end of input joins whose deadline has passed "
-    "stay open; spec section 7 says every open join whose deadline has passed by the "
-    "last record's ts is expired"))
 def test_open_joins_of_a_suspended_trigger_still_expire(tmp_path: Path) -> None:
     (tmp_path / "triggers.toml").write_text(
         '[[trigger]]\nname = "j"\ntypes = ["a", "b"]\njoin_timeout = "10s"\n'

@@ -395,13 +395,10 @@ def test_restarted_engine_still_expires_joins_opened_before_the_restart() -> Non
     assert [(r.outcome, r.identity, r.ts) for r in expired] == [("join-expired", "o-1", 0)]
 
 
-LATE = ("core bug: Engine.process looks at join deadlines only when a record moves "
-        "partition time forward, so a join or window opened by a late record (deadline "
-        "already behind partition time) is not expired before the next record with the "
-        "same ts as partition time (design 4: expired when partition time > deadline)")
+# A join or window opened by a late record (deadline already behind partition time) is
+# expired before the next record is looked at (design 4: expired when time > deadline).
 
 
-@pytest.mark.xfail(strict=True, reason=LATE)
 def test_a_late_join_whose_deadline_is_behind_partition_time_cannot_complete() -> None:
     engine = engine_for(FULFIL)  # join_timeout 1m
     feed = Feed(engine)
@@ -414,7 +411,6 @@ def test_a_late_join_whose_deadline_is_behind_partition_time_cannot_complete() -
     ]
 
 
-@pytest.mark.xfail(strict=True, reason=LATE)
 def test_a_late_xor_window_behind_partition_time_does_not_discard() -> None:
     feed = Feed(engine_for({"name": "pick", "types": ["a", "b"], "condition": "only_one",
                             "join_timeout": "10s"}))
