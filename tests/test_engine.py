@@ -248,6 +248,19 @@ def test_a_late_record_is_judged_on_record_time_even_after_a_sweep() -> None:
     assert feed.send("a", 100, uuid="u-1") == [("t", "duplicate", "u-1")]
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "core: same cause; a broker redelivery carries the record's original timestamp, "
+    "and the sweep on partition time has removed its completed entry, so the "
+    "redelivered record is New and the service runs a second time"))
+def test_a_redelivery_with_its_original_timestamp_after_a_sweep_is_a_duplicate() -> None:
+    engine = engine_for({"name": "t", "types": ["a"], "history_ttl": "30s"})
+    feed = Feed(engine)
+    assert feed.send("a", 0, uuid="u-1") == [("t", "processed", "u-1")]
+    feed.send("a", 5000, uuid="u-2")  # partition time 5000: the sweep removes u-1
+    # The broker delivers offset 0 again (delivery count 2), with its own ts 0.
+    assert feed.send("a", 0, offset=0, uuid="u-1") == [("t", "duplicate", "u-1")]
+
+
 def test_a_late_record_without_a_sweep_is_a_duplicate() -> None:
     feed = Feed(engine_for({"name": "t", "types": ["a"], "history_ttl": "1h",
                             "history_sweep_interval": "1d"}))

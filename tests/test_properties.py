@@ -124,7 +124,7 @@ class Scenario:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, max_records: int = 40) -> Scenario:
+def scenarios(draw: st.DrawFn, max_records: int = 40, late: bool = False) -> Scenario:
     tables = draw(st.lists(trigger_tables(), min_size=1, max_size=3))
     for i, table in enumerate(tables):
         table["name"] = f"t{i}"
@@ -137,6 +137,9 @@ def scenarios(draw: st.DrawFn, max_records: int = 40) -> Scenario:
     ts = 0
     for _ in range(draw(st.integers(1, max_records))):
         ts += draw(st.sampled_from([0, 1, 1, 5, 20, 45, 100, 5000]))
+        record_ts = ts
+        if late and draw(st.integers(0, 3)) == 0:
+            record_ts = max(0, ts - draw(st.sampled_from([1, 30, 500, 6000])))
         action = draw(st.sampled_from(["new"] * 6 + ["redeliver", "resend", "bad"]))
         if action in ("redeliver", "resend") and records:
             base = draw(st.sampled_from(records))
@@ -157,7 +160,7 @@ def scenarios(draw: st.DrawFn, max_records: int = 40) -> Scenario:
                 line["headers"] = {"dup-id": draw(st.sampled_from(["d1", "d2"]))}
         else:
             line = draw(new_line())
-        line["ts"] = ts
+        line["ts"] = record_ts
         records.append(parse_record_line(line, highest, first, "generated"))
     return Scenario(triggers, records)
 
@@ -338,3 +341,15 @@ def test_duplicate_id_cache_equals_the_reference_model(scenario: Scenario) -> No
     assert dropped == {p for p, outcome in rejected.items() if outcome == "duplicate-id"}
     for (topic, partition), model in caches.items():
         assert engine.ingress.cache(topic, partition).ids() == model.ids()
+
+
+# -- records whose timestamps go backwards (Kafka does not order producer timestamps) ------
+
+@SETTINGS
+@given(scenarios(late=True))
+def test_late_records_still_end_in_one_terminal_record_and_replay_is_deterministic(
+        scenario: Scenario) -> None:
+    test_every_record_ends_in_exactly_one_terminal_record_per_taker.hypothesis.inner_test(
+        scenario)
+    test_replay_is_deterministic.hypothesis.inner_test(scenario)
+    test_duplicate_id_cache_equals_the_reference_model.hypothesis.inner_test(scenario)
