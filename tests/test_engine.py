@@ -249,9 +249,9 @@ def test_a_late_record_is_judged_on_record_time_even_after_a_sweep() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "core: same cause; a broker redelivery carries the record's original timestamp, "
-    "and the sweep on partition time has removed its completed entry, so the "
-    "redelivered record is New and the service runs a second time"))
+    "documented limitation (docs/design.md), its broker-redelivery face: a redelivered "
+    "record keeps its original timestamp, the sweep on partition time has removed its "
+    "completed entry, so the redelivery is New and the service runs a second time"))
 def test_a_redelivery_with_its_original_timestamp_after_a_sweep_is_a_duplicate() -> None:
     engine = engine_for({"name": "t", "types": ["a"], "history_ttl": "30s"})
     feed = Feed(engine)

@@ -204,6 +204,8 @@ def run(scenario: Scenario, recording: Recording | None = None
         out = engine.process(record, position)
         journal.extend(out.journal)
         outputs.extend((o.topic, o.key, o.value, o.headers) for o in out.outputs or [])
+    # As `onceflow replay` does: joins whose deadline has passed by the end are expired.
+    journal.extend(engine.end_of_input().journal)
     engine.close()
     return journal, outputs, engine
 
@@ -290,6 +292,12 @@ def test_every_record_ends_in_exactly_one_terminal_record_per_taker(scenario: Sc
         assert terminal[(name, position)] == 0
     for key, n in pending.items():
         assert n == 1, f"{key} was reported pending {n} times"
+    # Section 7: at the end every open join whose deadline has passed is expired.
+    for processor in engine.processors.values():
+        if processor.joins is not None and engine.now is not None:
+            for state in processor.joins.store.values():
+                deadline = processor.joins.condition.deadline(state)
+                assert deadline is None or deadline >= engine.now
     by_name = {t.name: t for t in scenario.triggers.triggers}
     for (name, _), n in retries.items():
         assert name is not None and n <= by_name[name].max_retry_attempts
