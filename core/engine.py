@@ -112,8 +112,15 @@ class Engine:
         callees: dict[str, tuple[Callee, Callee | None]] | None = None,
         base_dir: Path | None = None,
         run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
+        sweep_history: bool = False,
     ) -> None:
+        """`sweep_history`: remove history entries older than the TTL on partition time,
+        every history_sweep_interval.  Off by default: a record arriving later than the
+        TTL behind partition time (a late record, a redelivery after a long lag) is judged
+        on its own record time, which a sweep on partition time could not honour.
+        """
         self.triggers = triggers
+        self.sweep_history = sweep_history
         self.state = state or MemoryState()
         if callees is None:
             callees = load_callees(triggers, base_dir)
@@ -154,7 +161,7 @@ class Engine:
         for processor, deadlines in self._join_indexes:
             if deadlines and deadlines[0][0] < now:
                 records.extend(processor.expire(now))
-        if now >= self._sweep_due:
+        if self.sweep_history and now >= self._sweep_due:
             self._sweep(now)
         return records
 

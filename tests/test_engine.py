@@ -222,6 +222,7 @@ def test_history_write_failure_in_a_join_keeps_the_join_consistent() -> None:
 def test_periodic_sweep_removes_expired_history_on_partition_time() -> None:
     engine = engine_for({"name": "t", "types": ["a"], "history_ttl": "1h",
                          "history_sweep_interval": "10m"})
+    engine.sweep_history = True
     feed = Feed(engine)
     feed.send("a", 0, uuid="u-1")
     feed.send("a", 3000, uuid="u-2")
@@ -233,30 +234,22 @@ def test_periodic_sweep_removes_expired_history_on_partition_time() -> None:
     assert feed.send("a", 4002, uuid="u-2") == [("t", "duplicate", "u-2")]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "documented limitation (docs/design.md): the history sweep runs on partition time "
-    "and may remove an entry that a record arriving more than history_ttl behind "
-    "partition time would still see on its own record time"))
 def test_a_late_record_is_judged_on_record_time_even_after_a_sweep() -> None:
     feed = Feed(engine_for({"name": "t", "types": ["a"], "history_ttl": "1h"}))
     feed.send("a", 0, uuid="u-1")
     feed.send("a", 3000, uuid="u-2")
-    feed.send("a", 4000, uuid="u-3")  # the sweep at 4000 removes u-1 (started at 0)
+    feed.send("a", 4000, uuid="u-3")  # replay does not sweep: u-1 (started at 0) stays
     # A re-sent copy of u-1 still carrying its original timestamp: 100 - 0 <= 1h, so by
     # spec section 3 ("a lookup ignores an entry older than history_ttl, measured on
     # record time") it is a Duplicate.  Without the sweep the core says so too.
     assert feed.send("a", 100, uuid="u-1") == [("t", "duplicate", "u-1")]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "documented limitation (docs/design.md), its broker-redelivery face: a redelivered "
-    "record keeps its original timestamp, the sweep on partition time has removed its "
-    "completed entry, so the redelivery is New and the service runs a second time"))
 def test_a_redelivery_with_its_original_timestamp_after_a_sweep_is_a_duplicate() -> None:
     engine = engine_for({"name": "t", "types": ["a"], "history_ttl": "30s"})
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="u-1") == [("t", "processed", "u-1")]
-    feed.send("a", 5000, uuid="u-2")  # partition time 5000: the sweep removes u-1
+    feed.send("a", 5000, uuid="u-2")  # partition time 5000; replay keeps u-1's entry
     # The broker delivers offset 0 again (delivery count 2), with its own ts 0.
     assert feed.send("a", 0, offset=0, uuid="u-1") == [("t", "duplicate", "u-1")]
 
