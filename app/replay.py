@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-
 from onceflow.engine import Engine
 from onceflow.journal import OUTCOMES, JournalRecord
 from onceflow.processor import Output, Sink

@@ -78,7 +78,7 @@ def load_callee(spec: str, builtins: dict[str, Callable[..., Any]], *, source: s
     # once, at load time, whether to await it.
     return Callee(spec, function, _takes_context(function),
                   inspect.iscoroutinefunction(function)
-                  or inspect.iscoroutinefunction(getattr(function, "__call__", None)))
+                  or inspect.iscoroutinefunction(type(function).__call__))
 
 
 def _takes_context(function: Callable[..., Any]) -> bool:

@@ -114,7 +114,9 @@ class Engine:
         run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
         sweep_history: bool = False,
     ) -> None:
-        """`sweep_history`: remove history entries older than the TTL on partition time,
+        """Build the engine over `state` (dicts by default).
+
+        `sweep_history`: remove history entries older than the TTL on partition time,
         every history_sweep_interval.  Off by default: a record arriving later than the
         TTL behind partition time (a late record, a redelivery after a long lag) is judged
         on its own record time, which a sweep on partition time could not honour.

@@ -21,7 +21,7 @@ _SEP = "\x1f"
 
 
 def history_key(identity: str, activation: str | None = None) -> str:
-    """The store key of a document's entries ("<activation>\\x1f<identity>" for joins)."""
+    """The store key of a document's entries (activation, unit separator, identity for joins)."""
     return identity if activation is None else activation + _SEP + identity
 
 

@@ -1,6 +1,4 @@
-"""Ingress: the duplicate-ID cache per topic-partition (HornetQ / Artemis), delivery
-counts, envelope validation and routing of documents to triggers.
-"""
+"""Ingress: duplicate-ID caches (HornetQ / Artemis), delivery counts, envelopes, routing."""
 
 from __future__ import annotations
 

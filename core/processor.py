@@ -146,8 +146,10 @@ class TriggerProcessor:
         return Step(sink.journal, sink.outputs or [], None, self.suspended)
 
     def take(self, doc: Document, sink: Sink) -> Run | _Held | None:
-        """begin() for runners: journal and outputs go to the sink; returns the run to make,
-        HELD when the trigger is suspended, or None when the document is done with.
+        """begin() for runners: journal and outputs go to the sink.
+
+        Returns the run to make, HELD when the trigger is suspended, or None when the
+        document is done with.
         """
         if self.suspended:
             return HELD

@@ -113,8 +113,8 @@ def parse_record_line(
 
     Errors name `where` (a file and line) when given.
     """
-    ts = item.get("ts")
-    topic = item.get("topic")
+    ts: Any = item.get("ts")
+    topic: Any = item.get("topic")
     if type(ts) not in _NUMBER or type(topic) is not str or not topic:
         _bad_line(item, where)
     partition = item.get("partition")

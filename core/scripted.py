@@ -5,6 +5,7 @@ They let a scenario drive every path without code: the document's body says what
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .calls import CallContext
@@ -69,5 +70,7 @@ def echo_service(document: Any) -> Any:
     return document
 
 
-SERVICES = {"scripted": scripted_service, "noop": noop_service, "echo": echo_service}
-RESOLVERS = {"scripted": scripted_resolver}
+SERVICES: dict[str, Callable[..., Any]] = {
+    "scripted": scripted_service, "noop": noop_service, "echo": echo_service,
+}
+RESOLVERS: dict[str, Callable[..., Any]] = {"scripted": scripted_resolver}

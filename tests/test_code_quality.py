@@ -1,0 +1,36 @@
+"""The conventions the code keeps: ruff (with docstring rules) everywhere, mypy strict on the core."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def run(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_ruff_is_clean() -> None:
+    folders = [f for f in ("core", "app", "agents", "tables", "pipeline", "bench", "tests")
+               if (ROOT / f).is_dir()]
+    result = run(str(BIN / "ruff"), "check", *folders)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_on_the_core() -> None:
+    result = run(str(BIN / "mypy"), "core")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_core_imports_no_runner() -> None:
+    # Dependencies point one way: core <- tables <- agents <- app.
+    for path in (ROOT / "core").glob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for runner in ("faust", "pyspark", "aiokafka", "onceflow.agents", "onceflow.tables",
+                       "onceflow.app", "onceflow.pipeline"):
+            assert f"import {runner}" not in text and f"from {runner}" not in text, (
+                f"{path.name} imports {runner}")
