@@ -1,4 +1,4 @@
-"""The conventions the code keeps: ruff (with docstring rules) everywhere, mypy strict on the core."""
+"""Conventions the code keeps: ruff everywhere, mypy strict on the core, one-way imports."""
 
 from __future__ import annotations
 
