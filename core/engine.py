@@ -28,6 +28,9 @@ DEAD_LETTER_TOPIC = "onceflow.dead-letter"
 class MemoryState:
     """Dict stores for every piece of state: replay, tests, one Spark group."""
 
+    # Nothing here is written to a changelog, so state values may be plain objects.
+    serialized = False
+
     def __init__(self) -> None:
         self.progress: dict[str, Any] = {}
         self.ids: dict[str, Any] = {}
@@ -70,6 +73,8 @@ def build_processors(
     callees: dict[str, tuple[Callee, Callee | None]],
     history_store: Callable[[str], Store],
     join_store: Callable[[str], Store],
+    *,
+    serialize_state: bool = True,
 ) -> dict[str, TriggerProcessor]:
     """One processor per trigger over the given stores."""
     processors = {}
@@ -77,7 +82,8 @@ def build_processors(
         service, resolver = callees[trigger.name]
         joins = join_store(trigger.name) if trigger.needs_activation else None
         processors[trigger.name] = TriggerProcessor(
-            trigger, service, resolver, history_store(trigger.name), joins
+            trigger, service, resolver, history_store(trigger.name), joins,
+            serialize_state=serialize_state,
         )
     return processors
 
@@ -127,8 +133,10 @@ class Engine:
         if callees is None:
             callees = load_callees(triggers, base_dir)
         self.ingress = Ingress(triggers, self.state.progress, self.state.id_store)
-        self.processors = build_processors(triggers, callees, self.state.history_store,
-                                           self.state.join_store)
+        self.processors = build_processors(
+            triggers, callees, self.state.history_store, self.state.join_store,
+            serialize_state=getattr(self.state, "serialized", True),
+        )
         self.now: float | None = None
         self.held: dict[str, list[Document]] = {t.name: [] for t in triggers.triggers}
         self._next_sweep: dict[str, float] = {}

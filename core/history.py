@@ -92,13 +92,8 @@ class History:
         self._put(key, [started, PROCESSING])
 
     def mark_completed(self, key: str, started: float, failed: bool) -> None:
-        """Add the completed entry (success or failure), keeping the start time."""
-        try:
-            value = self._store.get(key)
-        except Exception as exc:
-            raise HistoryUnavailable(f"document history cannot be read: {exc}") from exc
-        flags = (value[1] if value is not None else 0) | COMPLETED | (FAILED if failed else 0)
-        self._put(key, [started, flags])
+        """Add the completed entry (success or failure) beside the processing entry."""
+        self._put(key, [started, PROCESSING | COMPLETED | (FAILED if failed else 0)])
 
     def remove(self, key: str) -> None:
         """Drop both entries (a transient failure that ends in retry or suspension)."""

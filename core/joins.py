@@ -9,6 +9,7 @@ deadlines that a restart rebuilds from the store.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,10 @@ from .triggers import ALL, ONLY_ONE, TriggerDef
 PENDING = "pending"
 DISCARDED = "discarded"
 COMPLETE = "complete"
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 class JoinDocument(dict[str, Any]):
@@ -46,9 +51,14 @@ class JoinStep:
 class AllJoin:
     """All (AND): run once an instance of every type with one activation has arrived."""
 
-    def __init__(self, types: frozenset[str], timeout: float | None) -> None:
+    def __init__(self, types: frozenset[str], timeout: float | None,
+                 serialize: bool = True) -> None:
         self.types = types
         self.timeout = timeout
+        # Pending members are kept as JSON-able dicts for changelogged stores; a store
+        # that lives only in memory (replay, a Spark group) keeps the objects themselves.
+        self._encode: Callable[[Document], Any] = Document.to_json if serialize else _same
+        self._decode: Callable[[Any], Document] = Document.from_json if serialize else _same
 
     def on_document(self, state: Any, doc: Document) -> tuple[Any, JoinStep]:
         """Add the document; COMPLETE gives every member and a state of None."""
@@ -60,17 +70,19 @@ class AllJoin:
             members = state["members"]
             if doc.type in members:
                 held = members[doc.type]
+                identity = held.identity if isinstance(held, Document) else held["identity"]
                 return state, JoinStep(
                     DISCARDED,
-                    reason=f"a {doc.type!r} document ({held['identity']}) is already waiting "
+                    reason=f"a {doc.type!r} document ({identity}) is already waiting "
                     f"in the open join",
                 )
         if len(members) + 1 == len(self.types):
-            complete = [Document.from_json(m) for m in members.values()]
+            decode = self._decode
+            complete = [decode(m) for m in members.values()]
             complete.append(doc)
             return None, JoinStep(COMPLETE, complete, previous=state)
         members = dict(members)
-        members[doc.type] = doc.to_json()
+        members[doc.type] = self._encode(doc)
         return {"deadline": deadline, "members": members}, JoinStep(PENDING, previous=state)
 
     @staticmethod
@@ -78,10 +90,9 @@ class AllJoin:
         """When the open join expires (None: never)."""
         return state["deadline"] if state is not None else None
 
-    @staticmethod
-    def on_timeout(state: Any) -> list[Document]:
+    def on_timeout(self, state: Any) -> list[Document]:
         """The pending documents dropped by the time-out."""
-        return [Document.from_json(m) for m in state["members"].values()]
+        return [self._decode(m) for m in state["members"].values()]
 
 
 class OnlyOneJoin:
@@ -117,12 +128,12 @@ class OnlyOneJoin:
 class JoinBook:
     """The open joins of one trigger, keyed by activation, with a deadline index."""
 
-    def __init__(self, trigger: TriggerDef, store: Store) -> None:
+    def __init__(self, trigger: TriggerDef, store: Store, *, serialize: bool = True) -> None:
         self.trigger = trigger
         self.store = store
         self.condition: AllJoin | OnlyOneJoin
         if trigger.kind == ALL:
-            self.condition = AllJoin(trigger.join_types, trigger.join_timeout)
+            self.condition = AllJoin(trigger.join_types, trigger.join_timeout, serialize)
         elif trigger.kind == ONLY_ONE:
             self.condition = OnlyOneJoin(trigger.join_timeout)
         else:
@@ -183,6 +194,14 @@ class JoinBook:
             del self.store[activation]
             expired.append((activation, self.condition.on_timeout(state)))
         return expired
+
+    def pending(self) -> list[Document]:
+        """Every document waiting in an open join (for views, audits and tests)."""
+        out: list[Document] = []
+        for state in self.store.values():
+            if "members" in state:
+                out.extend(self.condition.on_timeout(state))
+        return out
 
     def get(self, activation: str) -> Any:
         """The state of one activation's join (for views)."""

@@ -114,7 +114,10 @@ class TriggerProcessor:
         resolver: Callee | None,
         history_store: Store,
         join_store: Store | None,
+        *,
+        serialize_state: bool = True,
     ) -> None:
+        """`serialize_state=False`: the stores live only in memory and may hold objects."""
         self.trigger = trigger
         self.service = service
         self.resolver = resolver
@@ -125,7 +128,7 @@ class TriggerProcessor:
         if trigger.needs_activation:
             if join_store is None:
                 raise ValueError(f"trigger {trigger.name!r} needs a join store")
-            self.joins = JoinBook(trigger, join_store)
+            self.joins = JoinBook(trigger, join_store, serialize=serialize_state)
         self._join_arity = trigger.join_arity
         self.suspended = False
         self.suspended_reason = ""
@@ -232,8 +235,9 @@ class TriggerProcessor:
         """finish() for runners: journal and outputs go to the sink."""
         newest = run.newest
         journal = sink.journal
-        for attempt, message in result.retries:
-            journal.append(self._record(newest, J.RETRY, message, attempt))
+        if result.retries:
+            for attempt, message in result.retries:
+                journal.append(self._record(newest, J.RETRY, message, attempt))
         if result.outcome == SUSPEND:
             self._undo(run)
             reason = f"retries exhausted ({result.error_type}: {result.error_message})"

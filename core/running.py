@@ -65,10 +65,11 @@ def run_service(
     retries: list[tuple[int, str]] = []
     while True:
         try:
-            value = service.call(payload, _with_attempt(context, attempt))
+            value = service.call(payload, context if attempt == 1 else
+                                 _with_attempt(context, attempt))
             if service.is_async:
                 value = (run_coroutine or _run_alone)(value)
-            return ServiceResult(OK, value, attempt, retries=retries)
+            return ServiceResult(OK, value, attempt, "", "", retries)
         except Exception as exc:
             step = after_failure(trigger, attempt, exc)
             if step != RETRY:

@@ -33,6 +33,9 @@ class Store(Protocol):
     def items(self) -> Any:
         """Every (key, value) pair."""
 
+    def values(self) -> Any:
+        """Every value."""
+
     def __iter__(self) -> Iterator[Any]:
         """Iterate keys."""
 

@@ -252,9 +252,8 @@ def still_open(engine: Engine) -> set[tuple[str, int]]:
         for document in engine.held[name]:
             out.add((name, document.position))
         if processor.joins is not None:
-            for state in processor.joins.store.values():
-                for member in (state.get("members") or {}).values():
-                    out.add((name, member["position"]))
+            for member in processor.joins.pending():
+                out.add((name, member.position))
     return out
 
 
