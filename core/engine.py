@@ -175,6 +175,13 @@ class Engine:
             self._sweep(now)
         return records
 
+    def expire_due(self, now: float, sink: Sink) -> None:
+        """Expire every open join whose deadline is before `now`; record time does not move.
+
+        For a runner that knows partition time from elsewhere (the Spark pipeline).
+        """
+        self._expire_due(now, sink.journal)
+
     def _expire_due(self, now: float, journal: list[JournalRecord]) -> None:
         for processor, deadlines in self._join_indexes:
             if deadlines and deadlines[0][0] < now:
@@ -230,6 +237,13 @@ class Engine:
         elif rejected is not None:
             sink.output(dead_letter(record, rejected))
         return sink
+
+    def run_document(self, trigger: str, document: Document, sink: Sink) -> None:
+        """One admitted document through one trigger that takes it, as process() does.
+
+        For runners that route documents to triggers themselves (the Spark pipeline).
+        """
+        self._run_document(self.processors[trigger].trigger, document, sink)
 
     def _run_document(self, trigger: TriggerDef, document: Document, sink: Sink) -> None:
         processor = self.processors[trigger.name]
