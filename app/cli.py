@@ -27,13 +27,38 @@ def _parser() -> argparse.ArgumentParser:
                         help="print a table of outcomes per trigger instead of the journal")
     replay.add_argument("--outputs", metavar="DIR",
                         help="also write output, error and in-doubt documents, one file a topic")
+    _spark_commands(commands, replay)
     return parser
+
+
+def _spark_commands(commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+                    replay: argparse.ArgumentParser) -> None:
+    replay.add_argument("--spark", action="store_true",
+                        help="run it through the Spark pipeline (local[2]): the same journal")
+    from onceflow.pipeline.cli import add_spark_commands
+
+    add_spark_commands(commands)
+
+
+def _run_spark_command(args: argparse.Namespace) -> int | None:
+    if args.command == "replay" and args.spark:
+        from onceflow.pipeline.cli import replay_on_spark
+
+        return replay_on_spark(args.scenario, summary=args.summary, outputs=args.outputs)
+    if args.command == "spark":
+        from onceflow.pipeline.cli import run_spark_command
+
+        return run_spark_command(args)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `onceflow` command."""
     args = _parser().parse_args(argv)
     try:
+        code = _run_spark_command(args)
+        if code is not None:
+            return code
         if args.command == "replay":
             from onceflow.app.replay import run
 

@@ -1,0 +1,349 @@
+"""Archives of records: which files, in what order, and the read stage.
+
+An archive is a file or a folder (local or any Hadoop file system: hdfs://, s3a://,
+gs://, abfs://) of JSON-lines files in the scenario record format and Parquet files with
+the same columns.  Files are taken in path order, records in file order: that order is
+the archive's "file order", the order `onceflow replay` would read the concatenation in.
+
+The read stage gives every record a *position* that sorts in file order without a global
+count: `file rank << 40 | (split start + row within split)` for JSON lines (a split of n
+lines spans at least n bytes, so positions never overlap the next split) and
+`file rank << 40 | row index` for Parquet.  It also keeps the running maximum of record
+time within each split and writes one summary per split, so that the trigger stage can
+rebuild partition time (the running maximum over the whole archive) exactly.
+"""
+
+from __future__ import annotations
+
+import marshal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from onceflow.errors import OnceflowError, ScenarioError
+from onceflow.scenario import parse_record_line
+
+from .rows import MALFORMED, READ_DDL, READ_SCHEMA, RECORD, SUMMARY, paused_gc
+
+JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+COMPRESSION_SUFFIXES = ("", ".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate")
+PARQUET_SUFFIXES = (".parquet", ".parq")
+PARQUET_COLUMNS = ("ts", "topic", "partition", "offset", "key", "headers", "value", "raw")
+RANK_SHIFT = 40
+
+
+class ArchiveError(OnceflowError):
+    """The archive cannot be read as a whole (missing, empty, unreadable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Archive:
+    """The files of an archive in file order, by format."""
+
+    root: str
+    files: tuple[str, ...]
+
+    @property
+    def json_files(self) -> list[str]:
+        """The JSON-lines files."""
+        return [f for f in self.files if not _is_parquet(f)]
+
+    @property
+    def parquet_files(self) -> list[str]:
+        """The Parquet files."""
+        return [f for f in self.files if _is_parquet(f)]
+
+    def ranks(self) -> dict[str, int]:
+        """Each file's place in file order, keyed by its normalized path."""
+        return {normalize_path(f): rank for rank, f in enumerate(self.files)}
+
+
+def _is_parquet(path: str) -> bool:
+    return path.lower().endswith(PARQUET_SUFFIXES)
+
+
+def _is_record_file(name: str) -> bool:
+    lower = name.lower()
+    if lower.startswith((".", "_")):
+        return False
+    if lower.endswith(PARQUET_SUFFIXES):
+        return True
+    return any(lower.endswith(s + c) for s in JSON_SUFFIXES for c in COMPRESSION_SUFFIXES)
+
+
+def normalize_path(path: str) -> str:
+    """One spelling per file: percent-decoding and `file:///` as `file:/`."""
+    path = unquote(path)
+    if path.startswith("file:///"):
+        path = "file:/" + path[len("file:///"):]
+    return path
+
+
+def list_archive(spark: Any, path: str) -> Archive:
+    """The record files under `path`, sorted by path (through Hadoop's file systems).
+
+    A scenario folder (triggers.toml beside input.jsonl) contributes its input.jsonl only.
+    """
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    root = jvm.org.apache.hadoop.fs.Path(path)
+    fs = root.getFileSystem(conf)
+    if not fs.exists(root):
+        raise ArchiveError(f"{path}: no such file or folder")
+    status = fs.getFileStatus(root)
+    if status.isFile():
+        return Archive(path, (fs.makeQualified(root).toString(),))
+    scenario_input = jvm.org.apache.hadoop.fs.Path(root, "input.jsonl")
+    if fs.exists(jvm.org.apache.hadoop.fs.Path(root, "triggers.toml")) and fs.exists(
+        scenario_input
+    ):
+        return Archive(path, (fs.makeQualified(scenario_input).toString(),))
+    found = []
+    entries = fs.listFiles(root, True)
+    while entries.hasNext():
+        entry = entries.next()
+        file_path = entry.getPath()
+        relative = file_path.toString()[len(fs.makeQualified(root).toString()):]
+        if any(part.startswith((".", "_")) for part in relative.split("/") if part):
+            continue
+        if _is_record_file(file_path.getName()):
+            found.append(file_path.toString())
+    if not found:
+        raise ArchiveError(
+            f"{path}: no record files (expected *.jsonl, *.json, *.ndjson, optionally "
+            f"compressed, or *.parquet)"
+        )
+    return Archive(path, tuple(sorted(found)))
+
+
+def read_records(spark: Any, archive: Archive) -> Any:
+    """The read stage: a DataFrame of READ_SCHEMA rows over every file of the archive."""
+    ranks = archive.ranks()
+    frames = []
+    if archive.json_files:
+        lines = spark.read.text(archive.json_files).select(
+            "value", "_metadata.file_path", "_metadata.file_block_start"
+        )
+        frames.append(lines.mapInArrow(ReadLines(ranks), READ_DDL))
+    if archive.parquet_files:
+        table = spark.read.option("mergeSchema", "true").parquet(*archive.parquet_files)
+        present = [c for c in PARQUET_COLUMNS if c in table.columns]
+        if "ts" not in present or "topic" not in present:
+            raise ArchiveError(f"{archive.root}: Parquet files need at least the columns "
+                               f"'ts' and 'topic' (found {table.columns})")
+        frames.append(table.select(*present, "_metadata.file_path",
+                                   "_metadata.file_block_start", "_metadata.row_index")
+                      .mapInArrow(ReadParquet(ranks, tuple(present)), READ_DDL))
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    return frame
+
+
+class _ReadOutput:
+    """Columns of READ_SCHEMA rows, filled row by row."""
+
+    __slots__ = ("kind", "pos", "topic", "partition", "w", "data")
+
+    def __init__(self) -> None:
+        self.kind: list[int] = []
+        self.pos: list[int] = []
+        self.topic: list[str | None] = []
+        self.partition: list[int | None] = []
+        self.w: list[float | None] = []
+        self.data: list[bytes] = []
+
+    def add(self, kind: int, pos: int, topic: str | None, partition: int | None,
+            w: float | None, data: bytes) -> None:
+        self.kind.append(kind)
+        self.pos.append(pos)
+        self.topic.append(topic)
+        self.partition.append(partition)
+        self.w.append(w)
+        self.data.append(data)
+
+    def batch(self) -> pa.RecordBatch:
+        arrays = [pa.array(getattr(self, name), type=field.type)
+                  for name, field in zip(self.__slots__, READ_SCHEMA, strict=True)]
+        return pa.RecordBatch.from_arrays(arrays, schema=READ_SCHEMA)
+
+
+class _Splits:
+    """Positions and the running maximum of record time, split by split."""
+
+    __slots__ = ("ranks", "unit", "file", "start", "rank_base", "base", "row", "high")
+
+    def __init__(self, ranks: dict[str, int], unit: str) -> None:
+        self.ranks = ranks
+        self.unit = unit  # "line" (JSON lines) or "row" (Parquet), for messages
+        self.file: str | None = None
+        self.start = -1
+        self.rank_base = 0
+        self.base = 0
+        self.row = 0
+        self.high = float("-inf")
+
+    def enter(self, file: str, start: int, first_row: int, out: _ReadOutput) -> None:
+        """A row of another split than the last one: close the last, open this one.
+
+        `first_row` is where the split's rows start counting: its byte offset for JSON
+        lines, the row index of its first row for Parquet.
+        """
+        self.close(out)
+        rank = self.ranks.get(normalize_path(file))
+        if rank is None:
+            raise ArchiveError(f"{file}: read by Spark but not listed in the archive")
+        self.file, self.start = file, start
+        self.rank_base = rank << RANK_SHIFT
+        self.base = self.rank_base + first_row
+        self.row = 0
+        self.high = float("-inf")
+
+    def close(self, out: _ReadOutput) -> None:
+        """Write the summary of the current split (its first position, its newest time)."""
+        if self.file is not None and self.high > float("-inf"):
+            out.add(SUMMARY, self.base, None, None, self.high, b"")
+        self.file = None
+
+    def where(self) -> str:
+        """Where the current row is (1-based), for an operator looking for it."""
+        if self.unit == "row":
+            return f"{self.file} row {self.row}"
+        if self.start <= 0:
+            return f"{self.file} line {self.row}"
+        return f"{self.file} line {self.row} of the block at byte {self.start}"
+
+
+def _route(item: Any, pos: int, splits: _Splits, out: _ReadOutput, text: str) -> None:
+    """Check what routing and time need; a line that is not a record goes on as malformed."""
+    if type(item) is dict:
+        ts = item.get("ts")
+        topic = item.get("topic")
+        partition = item.get("partition")
+        if partition is None:
+            partition = 0
+        if (type(ts) is int or type(ts) is float) and type(topic) is str and topic and (
+            type(partition) is int and 0 <= partition < 2**31
+        ):
+            if ts > splits.high:
+                splits.high = ts
+            out.add(RECORD, pos, topic, partition, float(splits.high), marshal.dumps(item))
+            return
+        try:
+            parse_record_line(item, {}, None)
+            reason = "'partition' is out of range"
+        except ScenarioError as exc:
+            reason = str(exc)
+    else:
+        reason = "expected a JSON object"
+    out.add(MALFORMED, pos, None, None, None,
+            marshal.dumps((splits.where(), reason, text)))
+
+
+class ReadLines:
+    """The read stage over JSON-lines files (value, file path, split start)."""
+
+    def __init__(self, ranks: dict[str, int]) -> None:
+        self.ranks = ranks
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Parse every line once; a later stage gets the parsed record, not the text."""
+        with paused_gc():
+            yield from self._run(batches)
+
+    def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        loads = orjson.loads
+        decode_error = orjson.JSONDecodeError
+        splits = _Splits(self.ranks, "line")
+        for batch in batches:
+            out = _ReadOutput()
+            lines = batch.column(0).to_pylist()
+            files = batch.column(1).to_pylist()
+            starts = batch.column(2).to_pylist()
+            for line, file, start in zip(lines, files, starts, strict=True):
+                if start != splits.start or file != splits.file:
+                    splits.enter(file, start, start, out)
+                pos = splits.base + splits.row
+                splits.row += 1
+                try:
+                    item = loads(line)
+                except decode_error as exc:
+                    if not line.strip():
+                        continue  # blank lines are skipped, as replay skips them
+                    out.add(MALFORMED, pos, None, None, None, marshal.dumps(
+                        (splits.where(), f"not a JSON line: {exc}", line)))
+                    continue
+                _route(item, pos, splits, out, line)
+            if out.pos:
+                yield out.batch()
+        out = _ReadOutput()
+        splits.close(out)
+        if out.pos:
+            yield out.batch()
+
+
+class ReadParquet:
+    """The read stage over Parquet files with the record columns."""
+
+    def __init__(self, ranks: dict[str, int], columns: tuple[str, ...]) -> None:
+        self.ranks = ranks
+        self.columns = columns
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Rows become the same records a JSON line would give."""
+        with paused_gc():
+            yield from self._run(batches)
+
+    def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        splits = _Splits(self.ranks, "row")
+        names = self.columns
+        for batch in batches:
+            out = _ReadOutput()
+            values = {name: _column(batch.column(i)) for i, name in enumerate(names)}
+            files = batch.column(len(names)).to_pylist()
+            starts = batch.column(len(names) + 1).to_pylist()
+            rows = batch.column(len(names) + 2).to_pylist()
+            for i, (file, start, row) in enumerate(zip(files, starts, rows, strict=True)):
+                if start != splits.start or file != splits.file:
+                    splits.enter(file, start, row, out)
+                pos = splits.rank_base + row
+                splits.row = row + 1
+                item = {name: column[i] for name, column in values.items()
+                        if column[i] is not None}
+                _parquet_item(item)
+                _route(item, pos, splits, out, orjson.dumps(item, default=str).decode())
+            if out.pos:
+                yield out.batch()
+        out = _ReadOutput()
+        splits.close(out)
+        if out.pos:
+            yield out.batch()
+
+
+def _column(array: pa.Array) -> list[Any]:
+    if pa.types.is_timestamp(array.type):
+        micros = pc.cast(pc.cast(array, pa.timestamp("us")), pa.int64())
+        return [None if v is None else v / 1e6 for v in micros.to_pylist()]
+    return array.to_pylist()  # type: ignore[no-any-return]
+
+
+def _parquet_item(item: dict[str, Any]) -> None:
+    # Parquet cannot hold "any JSON": `value` is the JSON text (or bytes) of the value,
+    # which is what `raw` means in a JSON line; headers are a map or a JSON object text.
+    value = item.pop("value", None)
+    if value is not None:
+        item["raw"] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    elif isinstance(item.get("raw"), bytes):
+        item["raw"] = item["raw"].decode("utf-8", "replace")
+    headers = item.get("headers")
+    if isinstance(headers, list):
+        item["headers"] = dict(headers)
+    elif isinstance(headers, str):
+        try:
+            item["headers"] = orjson.loads(headers)
+        except orjson.JSONDecodeError:
+            pass  # left as text: the ingress stage reports it as a malformed record

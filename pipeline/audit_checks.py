@@ -1,0 +1,163 @@
+"""The two checks of the audit, as Spark queries that collect only what they report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onceflow import journal as J
+from onceflow.envelope import MAX_IDENTITY_LENGTH
+from onceflow.triggers import TriggerSet
+
+from .archive import Archive
+from .audit import KEY, RAN, AuditResult, Violation
+
+
+def _file_of(archive: Archive, pos: int | None) -> str:
+    if pos is None or pos < 0:
+        return "?"
+    rank = pos >> 40
+    return archive.files[rank] if rank < len(archive.files) else "?"
+
+
+def _describe(archive: Archive, row: Any) -> str:
+    """How an operator finds a record: its file, coordinates, time and identity."""
+    if row["topic"] is None:
+        return f"{row['where'] or _file_of(archive, row['pos'])} (not a record)"
+    return (f"{_file_of(archive, row['pos'])}: {row['topic']}/{row['partition']}"
+            f"@{row['offset']} ts {row['ts']} identity {row['identity']!r}")
+
+
+def check_outcomes(archive: Archive, triggers: TriggerSet, inputs: Any, journal: Any,
+                   final_now: float | None, result: AuditResult, limit: int) -> None:
+    """Check 1: one terminal outcome per (record, trigger), with the allowed exceptions."""
+    from pyspark.sql import functions as F
+
+    by_key = inputs.groupBy(*KEY).agg(
+        F.count("*").alias("n"), F.min("pos").alias("pos"), F.first("targets").alias("targets"),
+        F.first("identity").alias("identity"), F.first("activation").alias("activation"),
+        F.first("where").alias("where"), F.first("topic").alias("topic"),
+        F.first("partition").alias("partition"), F.first("offset").alias("offset"),
+        F.first("ts").alias("ts"))
+    terminal = F.col("outcome").isin(*sorted(J.TERMINAL))
+    per_trigger = journal.groupBy(*KEY, "trigger").agg(
+        F.sum(F.when(terminal, 1).otherwise(0)).alias("terms"),
+        F.sum(F.when(F.col("outcome") == J.JOIN_PENDING, 1).otherwise(0)).alias("pend"))
+    at_ingress = (per_trigger.where(F.col("trigger").isNull())
+                  .select(*KEY, F.col("terms").alias("ingress")))
+    cutoffs = {row["trigger"]: row["first"] for row in
+               journal.where(F.col("outcome") == J.SUSPENDED).join(by_key, list(KEY))
+               .groupBy("trigger").agg(F.min("pos").alias("first")).collect()}
+    expected = (by_key.select("*", F.explode("targets").alias("trigger"))
+                .join(per_trigger.where(F.col("trigger").isNotNull()),
+                      [*KEY, "trigger"], "left")
+                .join(at_ingress, list(KEY), "left")
+                .fillna(0, ["terms", "pend", "ingress"]))
+    # A join still open at the end: its unfinished members' first time + the time-out
+    # has not passed the last record's time (expiry needs deadline < time).
+    timeouts = {t.name: t.join_timeout for t in triggers.triggers if t.needs_activation}
+    waiting = expected.where((F.col("pend") > 0) & (F.col("terms") == 0)
+                             & F.col("trigger").isin(*timeouts) if timeouts else F.lit(False))
+    open_joins = waiting.groupBy("trigger", "activation").agg(F.min("ts").alias("first"))
+    open_rows = []
+    for row in open_joins.collect():
+        timeout = timeouts[row["trigger"]]
+        if timeout is None or final_now is None or row["first"] + timeout >= final_now:
+            open_rows.append((row["trigger"], row["activation"]))
+    spark = inputs.sparkSession
+    open_frame = spark.createDataFrame(open_rows or [("", "")],
+                                       "trigger string, activation string")
+    cutoff_expr = F.lit(None).cast("long")
+    for name, pos in cutoffs.items():
+        cutoff_expr = F.when(F.col("trigger") == name, F.lit(pos)).otherwise(cutoff_expr)
+    checked = (expected.join(open_frame.withColumn("open", F.lit(True)),
+                             ["trigger", "activation"], "left")
+               .withColumn("held", F.coalesce(F.col("pos") >= cutoff_expr, F.lit(False)))
+               .withColumn("waiting", F.coalesce("open", F.lit(False))
+                           & (F.col("pend") > 0) & (F.col("terms") == 0))
+               .withColumn("covered", F.col("terms") + F.col("ingress")))
+    stats = checked.agg(
+        F.sum(F.when(F.col("held") & (F.col("covered") < F.col("n")), 1).otherwise(0)),
+        F.sum(F.when(F.col("waiting") & ~F.col("held"), 1).otherwise(0))).first()
+    result.exempt_held, result.exempt_pending = int(stats[0] or 0), int(stats[1] or 0)
+    missing = checked.where((F.col("covered") < F.col("n")) & ~F.col("held")
+                            & ~F.col("waiting"))
+    extra = checked.where(F.col("covered") > F.col("n"))
+    ingress_only = (by_key.where(F.size("targets") == 0).join(at_ingress, list(KEY), "left")
+                    .fillna(0, ["ingress"]))
+    unknown = journal.join(by_key, list(KEY), "left_anti")
+    for frame, check, text in (
+        (missing, "terminal", "has no terminal outcome for trigger {trigger!r}{pending}"),
+        (extra, "terminal", "has {covered} terminal outcomes for trigger {trigger!r} "
+                            "(expected {n})"),
+    ):
+        result.violation_count += frame.count()
+        for row in frame.orderBy("pos").limit(limit).collect():
+            pending = (f" (it waits in a join whose deadline passed: {row['pend']} "
+                       f"join-pending)") if row["pend"] else ""
+            message = f"{_describe(archive, row)} " + text.format(
+                trigger=row["trigger"], covered=row["covered"], n=row["n"], pending=pending)
+            result.violations.append(Violation(check, row["trigger"], message, row["pos"]))
+    for frame, text in (
+        (ingress_only.where(F.col("ingress") < F.col("n")),
+         "has no terminal outcome (no trigger takes it, so ingress must reject it)"),
+        (ingress_only.where(F.col("ingress") > F.col("n")),
+         "has more than one terminal outcome at ingress"),
+    ):
+        result.violation_count += frame.count()
+        for row in frame.orderBy("pos").limit(limit).collect():
+            result.violations.append(Violation("terminal", None,
+                                               f"{_describe(archive, row)} {text}",
+                                               row["pos"]))
+    count = unknown.count()
+    result.violation_count += count
+    for row in unknown.limit(limit).collect():
+        result.violations.append(Violation(
+            "terminal", row["trigger"],
+            f"journal record {row['outcome']} for trigger {row['trigger']!r}, identity "
+            f"{row['identity']!r} names {row['topic']}/{row['partition']}@{row['offset']} "
+            f"ts {row['ts']}, which is not in the archive"))
+
+
+def check_runs(archive: Archive, triggers: TriggerSet, inputs: Any, journal: Any,
+               result: AuditResult, limit: int) -> None:
+    """Check 2: no service ran twice for one history key within the history TTL."""
+    from pyspark.sql import functions as F
+
+    promised = {t.name: t for t in triggers.triggers if t.detect_duplicates and t.use_history}
+    if not promised:
+        return
+    joins = [name for name, t in promised.items() if t.routes_by_activation]
+    positions = inputs.groupBy(*KEY).agg(F.min("pos").alias("pos"))
+    runs = (journal.where(F.col("outcome").isin(*RAN) & F.col("trigger").isin(*promised)
+                          & (F.length("identity") <= MAX_IDENTITY_LENGTH))
+            .join(positions, list(KEY), "left")
+            .withColumn("hkey", F.when(F.col("trigger").isin(*joins) if joins else F.lit(False),
+                                       F.concat_ws("\x1f", "activation", "identity"))
+                        .otherwise(F.col("identity"))))
+    repeated = (runs.groupBy("trigger", "hkey").agg(
+        F.count("*").alias("n"),
+        F.collect_list(F.struct("pos", "ts", "topic", "partition", "offset", "identity",
+                                "activation", "outcome")).alias("runs"))
+        .where(F.col("n") > 1))
+    found = 0
+    for row in repeated.toLocalIterator():
+        ttl = promised[row["trigger"]].history_ttl
+        ordered = sorted(row["runs"], key=lambda r: (r["pos"] if r["pos"] is not None
+                                                     else -1, r["ts"]))
+        for earlier, later in zip(ordered, ordered[1:], strict=False):
+            if later["ts"] - earlier["ts"] <= ttl:
+                found += 1
+                if len(result.violations) < limit * 4:
+                    first = {**earlier.asDict(), "where": None}
+                    second = {**later.asDict(), "where": None}
+                    result.violations.append(Violation(
+                        "twice", row["trigger"],
+                        f"trigger {row['trigger']!r} ran its service twice for identity "
+                        f"{later['identity']!r}"
+                        + (f" (activation {later['activation']!r})"
+                           if row["trigger"] in joins else "")
+                        + f" within its history TTL ({ttl:g} s): "
+                        f"{_describe(archive, first)} ({earlier['outcome']}) and "
+                        f"{_describe(archive, second)} ({later['outcome']})",
+                        later["pos"]))
+    result.violation_count += found

@@ -1,0 +1,202 @@
+"""The `onceflow spark ...` commands and `onceflow replay --spark`.
+
+pyspark is imported only when one of them runs, so the rest of the CLI starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from onceflow.errors import OnceflowError
+from onceflow.scenario import HistorySeed, load_scenario, read_history
+from onceflow.triggers import TriggerSet, load_triggers
+
+
+def add_spark_commands(commands: Any) -> None:
+    """Add `spark replay` and `spark audit` to the CLI's subcommands."""
+    spark = commands.add_parser(
+        "spark", help="the Spark pipeline: replay archives at scale, audit journals",
+        description="Run the same trigger semantics as `onceflow replay` over archives of "
+        "records on Spark, and audit journals against the guarantees.")
+    sub = spark.add_subparsers(dest="spark_command", required=True)
+    replay = sub.add_parser(
+        "replay", help="an archive through the triggers; journal and documents to files",
+        description="Read an archive (JSON lines in the scenario record format and/or "
+        "Parquet with the same columns; a file or a folder), run ingress per topic-"
+        "partition and every trigger per routing key, and write the journal (Parquet and "
+        "JSON lines) and the output, error, in-doubt and dead-letter documents.")
+    replay.add_argument("--triggers", required=True, help="the triggers.toml file")
+    replay.add_argument("--input", required=True, help="the archive: a file or folder")
+    replay.add_argument("--output", required=True, help="the output folder (replaced)")
+    replay.add_argument("--history", help="a history.jsonl of seed entries")
+    _session_options(replay)
+    audit = sub.add_parser(
+        "audit", help="check a journal against an archive (spec section 6)",
+        description="Check that every input record has a terminal outcome and that no "
+        "service ran twice within its history TTL; write an HTML report; exit 1 when a "
+        "guarantee is broken, naming the records.")
+    audit.add_argument("--input", required=True, help="the archive (or a scenario folder)")
+    audit.add_argument("--journal", required=True,
+                       help="the journal: a `spark replay` output folder, Parquet, or JSON "
+                       "lines (`onceflow replay` output)")
+    audit.add_argument("--triggers", help="the triggers.toml file (default: the scenario's)")
+    audit.add_argument("--report", default="report.html", help="the HTML report to write")
+    audit.add_argument("--limit", type=int, default=200,
+                       help="how many violations and documents to list (default 200)")
+    _session_options(audit)
+
+
+def _session_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--master", help="Spark master URL (default: spark-submit's, or "
+                        "local[*])")
+    parser.add_argument("--partitions", type=int,
+                        help="tasks per stateful stage (default: 2 per core)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting (repeatable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _session(args: argparse.Namespace) -> Any:
+    from .session import build_session
+
+    pairs = []
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise OnceflowError(f"--conf {item!r}: expected KEY=VALUE")
+        pairs.append((key, value))
+    return build_session(args.master, conf=pairs)
+
+
+def _triggers_for(args: argparse.Namespace) -> tuple[TriggerSet, str]:
+    path = args.triggers
+    if path is None:
+        candidate = Path(args.input) / "triggers.toml"
+        if not candidate.exists():
+            raise OnceflowError("--triggers is needed (the input is not a scenario folder)")
+        path = str(candidate)
+    return load_triggers(path), str(Path(path).resolve().parent)
+
+
+def run_spark_command(args: argparse.Namespace) -> int:
+    """`onceflow spark replay|audit`."""
+    triggers, base_dir = _triggers_for(args)
+    seeds: list[HistorySeed] = []
+    if getattr(args, "history", None):
+        seeds = list(read_history(Path(args.history), {t.name for t in triggers.triggers}))
+    spark = _session(args)
+    try:
+        return _run(spark, args, triggers, base_dir, seeds)
+    except OnceflowError:
+        raise
+    except Exception as exc:  # a Spark job failed: say so in one line, not a JVM trace
+        name = type(exc).__name__
+        text = str(exc).strip().splitlines()
+        print(f"onceflow: the Spark job failed ({name}): {text[0] if text else ''}",
+              file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+
+
+def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: str,
+         seeds: list[HistorySeed]) -> int:
+    from .archive import list_archive
+    from .session import Progress
+
+    archive = list_archive(spark, args.input)
+    progress = Progress(spark, interval=10.0) if not args.quiet else None
+    if args.spark_command == "replay":
+        from .plan import ReplayPlan
+        from .replay import replay_to_files
+
+        plan = ReplayPlan(triggers, base_dir, seeds, partitions=args.partitions)
+        summary = replay_to_files(spark, archive, plan, args.output,
+                                  progress or Progress(spark, stream=_Null()))
+        _print_summary(summary.counts, summary.held)
+        print(f"{len(archive.files)} file(s), {summary.passes} pass(es), "
+              f"{summary.seconds:.1f} s; results in {args.output}", file=sys.stderr)
+        return 0
+    from .audit import run_audit
+    from .report import write_report
+
+    if progress is not None:
+        with progress.job("audit"):
+            result = run_audit(spark, archive, args.journal, triggers,
+                               partitions=args.partitions, limit=args.limit)
+    else:
+        result = run_audit(spark, archive, args.journal, triggers,
+                           partitions=args.partitions, limit=args.limit)
+    write_report(result, args.report, archive=args.input, journal=args.journal)
+    for violation in result.violations:
+        print(f"violation ({violation.check}): {violation.message}")
+    if result.violation_count > len(result.violations):
+        print(f"... and {result.violation_count - len(result.violations)} more")
+    verdict = "PASSED" if result.passed else f"FAILED ({result.violation_count} violations)"
+    print(f"audit {verdict}: {result.records} input records, {result.journal_records} "
+          f"journal records; report: {args.report}")
+    return 0 if result.passed else 1
+
+
+class _Null:
+    def write(self, _: str) -> int:
+        return 0
+
+    def flush(self) -> None:
+        return None
+
+
+def _print_summary(counts: dict[tuple[str | None, str], int], held: dict[str, int]) -> None:
+    from onceflow.app.replay import summary_table
+
+    rows = [{"trigger": t, "outcome": o} for (t, o), n in counts.items() for _ in range(n)]
+    sys.stdout.write(summary_table(rows))
+    for name, count in sorted(held.items()):
+        sys.stdout.write(f"trigger {name!r} is suspended; {count} document(s) stay "
+                         f"unacknowledged\n")
+
+
+def replay_on_spark(path: str, *, summary: bool = False, outputs: str | None = None,
+                    master: str | None = None) -> int:
+    """`onceflow replay --spark SCENARIO_DIR`: the scenario through the Spark pipeline.
+
+    Prints the journal exactly as `onceflow replay` does (or its summary table).
+    """
+    import orjson
+
+    from .archive import list_archive
+    from .plan import ReplayPlan
+    from .replay import journal_lines, replay_in_memory
+    from .rows import DOCUMENTS
+    from .session import build_session
+
+    scenario = load_scenario(path)
+    spark = build_session(master or "local[2]", shuffle_partitions=2)
+    try:
+        plan = ReplayPlan(scenario.triggers, str(scenario.path.resolve()), scenario.history,
+                          partitions=2)
+        table, result = replay_in_memory(spark, list_archive(spark, str(scenario.path)),
+                                         plan)
+    finally:
+        spark.stop()
+    if summary:
+        _print_summary(result.counts, result.held)
+    else:
+        stream = sys.stdout.buffer
+        for line in journal_lines(table):
+            stream.write(line + b"\n")
+    if outputs:
+        folder = Path(outputs)
+        folder.mkdir(parents=True, exist_ok=True)
+        by_topic: dict[str, list[bytes]] = {}
+        for row in table.to_pylist():
+            if row["dataset"] == DOCUMENTS:
+                by_topic.setdefault(row["topic"], []).append(orjson.dumps(
+                    orjson.loads(row["json"])))
+        for topic, lines in by_topic.items():
+            (folder / f"{topic}.jsonl").write_bytes(b"".join(line + b"\n" for line in lines))
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,76 @@
+"""The Spark plan of a replay: read, ingress per topic-partition, triggers per group.
+
+Chosen by measurement on local[2] (docs/spark.md has the numbers): grouped-map UDFs
+(`groupBy().applyInArrow`) pay a Python call per group and were several times slower
+with the many small groups a join trigger makes (one per activation), so each stateful
+stage is `repartition(key)` + `sortWithinPartitions(position)` + `mapInArrow`, with the
+per-key state held in the stage's dicts for the whole task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from onceflow.scenario import HistorySeed
+from onceflow.triggers import TriggerSet
+
+from .archive import Archive, read_records
+from .ingress_stage import IngressStage, Slots
+from .rows import RESULT_DDL, ROUTED_DDL
+from .trigger_stage import TriggerStage
+
+STAGE_NAMES = ("read", "ingress", "triggers")
+
+
+@dataclass(slots=True)
+class ReplayPlan:
+    """What a replay needs besides the archive."""
+
+    triggers: TriggerSet
+    base_dir: str | None = None
+    seeds: list[HistorySeed] = field(default_factory=list)
+    cutoffs: dict[str, int] = field(default_factory=dict)
+    partitions: int | None = None
+
+
+def default_partitions(spark: Any) -> int:
+    """Tasks per stateful stage: a few per core, so uneven partitions even out."""
+    return max(2, 2 * int(spark.sparkContext.defaultParallelism))
+
+
+def make_slots(spark: Any, partitions: int, per_partition: int = 16) -> Slots:
+    """Vpart values that Spark's hash partitioning sends to each partition evenly.
+
+    `repartition(n, col)` puts a row in partition pmod(murmur3(col), n); asking Spark
+    which small integers land where gives a table that spreads routing keys over all n
+    partitions, and one value per partition to send a row to every task.
+    """
+    from pyspark.sql import functions as F
+
+    wanted = partitions * per_partition * 4
+    rows = (spark.range(wanted).select(F.col("id").cast("int").alias("v"))
+            .select("v", F.expr(f"pmod(hash(v), {partitions})").alias("p")).collect())
+    by_partition: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    for row in rows:
+        by_partition[row["p"]].append(row["v"])
+    depth = min(per_partition, *(len(values) for values in by_partition.values()))
+    if depth == 0:
+        raise RuntimeError(f"no vpart value reaches every one of {partitions} partitions")
+    table = tuple(by_partition[p][i] for i in range(depth) for p in range(partitions))
+    replicas = tuple(by_partition[p][0] for p in range(partitions))
+    return Slots(table, replicas)
+
+
+def build(spark: Any, archive: Archive, plan: ReplayPlan) -> Any:
+    """The DataFrame of results (RESULT_SCHEMA): journal, documents, held documents."""
+    partitions = plan.partitions or default_partitions(spark)
+    slots = make_slots(spark, partitions)
+    records = read_records(spark, archive)
+    routed = (records.repartition(partitions, "topic", "partition")
+              .sortWithinPartitions("kind", "pos")
+              .mapInArrow(IngressStage(plan.triggers, slots), ROUTED_DDL))
+    return (routed.repartition(partitions, "vpart")
+            .sortWithinPartitions("kind", "pos")
+            .mapInArrow(TriggerStage(plan.triggers, plan.base_dir, plan.seeds, plan.cutoffs),
+                        RESULT_DDL))

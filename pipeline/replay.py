@@ -1,0 +1,202 @@
+"""`onceflow spark replay`: an archive through the core on Spark, results to files.
+
+The output folder (local or any Hadoop file system) holds:
+
+- `journal.parquet/`: every journal record, typed columns plus `json` (the line
+  `onceflow replay` prints) and `position` (the record's place in file order);
+- `journal.jsonl/`: the same records as JSON lines (part files);
+- `documents/<topic>/`: documents published to output, error, in-doubt, reply-to and
+  dead-letter topics, one JSON object a line: {"key", "headers", "value"};
+- `held.parquet/`: documents a suspended trigger holds (only when one suspended);
+- `summary.json`: counts by trigger and outcome, held documents, timings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from onceflow.journal import SUSPENDED
+
+from .archive import Archive
+from .plan import STAGE_NAMES, ReplayPlan, build
+from .rows import DOCUMENTS, HELD, JOURNAL
+from .session import Progress
+
+
+class PipelineError(RuntimeError):
+    """The pipeline contradicted itself (a bug, not bad input)."""
+
+
+@dataclass(slots=True)
+class ReplaySummary:
+    """What a run did: counts by (trigger, outcome), held documents, passes, seconds."""
+
+    counts: dict[tuple[str | None, str], int] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)
+    cutoffs: dict[str, int] = field(default_factory=dict)
+    passes: int = 1
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        """The summary.json document."""
+        return {
+            "counts": [{"trigger": t, "outcome": o, "count": n}
+                       for (t, o), n in sorted(self.counts.items(),
+                                               key=lambda kv: (kv[0][0] or "", kv[0][1]))],
+            "held": self.held,
+            "suspended_at_position": self.cutoffs,
+            "passes": self.passes,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _suspensions(rows: pa.Table) -> dict[str, int]:
+    """The first position at which each trigger suspended, from journal rows."""
+    first: dict[str, int] = {}
+    columns = rows.select(["dataset", "trigger", "outcome", "position"]).to_pylist()
+    for row in columns:
+        if row["dataset"] == JOURNAL and row["outcome"] == SUSPENDED:
+            name, pos = row["trigger"], row["position"]
+            if name not in first or pos < first[name]:
+                first[name] = pos
+    return first
+
+
+def replay_in_memory(spark: Any, archive: Archive, plan: ReplayPlan,
+                     progress: Progress | None = None) -> tuple[pa.Table, ReplaySummary]:
+    """Run the replay and collect every result row to the driver (scenarios, tests)."""
+    started = time.monotonic()
+    summary = ReplaySummary()
+    for attempt in (1, 2):
+        frame = build(spark, archive, plan)
+        if progress is not None:
+            with progress.job(f"replay pass {attempt}", STAGE_NAMES):
+                table = frame.toArrow()
+        else:
+            table = frame.toArrow()
+        found = _suspensions(table)
+        if found == plan.cutoffs:
+            break
+        if attempt == 2:
+            raise PipelineError(f"suspensions moved between passes: {plan.cutoffs} -> {found}")
+        plan.cutoffs = found
+        summary.passes = 2
+    summary.cutoffs = dict(plan.cutoffs)
+    datasets = table.column("dataset").to_pylist()
+    triggers = table.column("trigger").to_pylist()
+    outcomes = table.column("outcome").to_pylist()
+    counts: Counter[tuple[str | None, str]] = Counter()
+    held: Counter[str] = Counter()
+    for dataset, trigger, outcome in zip(datasets, triggers, outcomes, strict=True):
+        if dataset == JOURNAL:
+            counts[(trigger, outcome)] += 1
+        elif dataset == HELD:
+            held[trigger] += 1
+    summary.counts, summary.held = dict(counts), dict(held)
+    summary.seconds = time.monotonic() - started
+    return table, summary
+
+
+def journal_lines(table: pa.Table) -> list[bytes]:
+    """The journal's JSON lines from collected result rows (as `onceflow replay` prints)."""
+    datasets = table.column("dataset").to_pylist()
+    lines = table.column("json").to_pylist()
+    return [line.encode() for dataset, line in zip(datasets, lines, strict=True)
+            if dataset == JOURNAL]
+
+
+class _Files:
+    """Just enough of Hadoop's FileSystem API for the output folder."""
+
+    def __init__(self, spark: Any, root: str) -> None:
+        jvm = spark.sparkContext._jvm
+        self._path = jvm.org.apache.hadoop.fs.Path
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self.root = self._path(root)
+        self.fs = self.root.getFileSystem(conf)
+
+    def path(self, name: str) -> Any:
+        return self._path(self.root, name)
+
+    def uri(self, name: str) -> str:
+        return str(self.fs.makeQualified(self.path(name)).toString())
+
+    def exists(self, name: str) -> bool:
+        return bool(self.fs.exists(self.path(name)))
+
+    def remove(self, name: str) -> None:
+        if self.exists(name):
+            self.fs.delete(self.path(name), True)
+
+    def move(self, source: str, target: str) -> None:
+        self.remove(target)
+        if not self.fs.rename(self.path(source), self.path(target)):
+            raise PipelineError(f"cannot rename {self.uri(source)} to {self.uri(target)}")
+
+    def children(self, name: str) -> list[str]:
+        return [status.getPath().getName() for status in self.fs.listStatus(self.path(name))]
+
+    def write(self, name: str, data: bytes) -> None:
+        stream = self.fs.create(self.path(name), True)
+        try:
+            stream.write(bytearray(data))
+        finally:
+            stream.close()
+
+
+def replay_to_files(spark: Any, archive: Archive, plan: ReplayPlan, output: str,
+                    progress: Progress) -> ReplaySummary:
+    """Run the replay and write the output folder (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    files = _Files(spark, output)
+    summary = ReplaySummary()
+    results = "_results"
+    for attempt in (1, 2):
+        frame = build(spark, archive, plan)
+        with progress.job(f"replay pass {attempt}", STAGE_NAMES):
+            frame.write.mode("overwrite").partitionBy("dataset").parquet(files.uri(results))
+        journal = spark.read.parquet(files.uri(f"{results}/dataset={JOURNAL}"))
+        found = {row["trigger"]: row["first"] for row in
+                 journal.where(F.col("outcome") == SUSPENDED).groupBy("trigger")
+                 .agg(F.min("position").alias("first")).collect()}
+        if found == plan.cutoffs:
+            break
+        if attempt == 2:
+            raise PipelineError(f"suspensions moved between passes: {plan.cutoffs} -> {found}")
+        plan.cutoffs = found
+        summary.passes = 2
+    summary.cutoffs = dict(plan.cutoffs)
+    with progress.job("journal counts"):
+        summary.counts = {(row["trigger"], row["outcome"]): row["count"] for row in
+                          journal.groupBy("trigger", "outcome").count().collect()}
+    with progress.job("journal as JSON lines"):
+        journal.select("json").write.mode("overwrite").text(files.uri("journal.jsonl"))
+    files.remove("documents")
+    if files.exists(f"{results}/dataset={DOCUMENTS}"):
+        with progress.job("documents as JSON lines"):
+            (spark.read.parquet(files.uri(f"{results}/dataset={DOCUMENTS}"))
+             .select("topic", "json").write.mode("overwrite").partitionBy("topic")
+             .text(files.uri("documents")))
+        for name in files.children("documents"):
+            if name.startswith("topic="):
+                files.move(f"documents/{name}", f"documents/{name[len('topic='):]}")
+    files.move(f"{results}/dataset={JOURNAL}", "journal.parquet")
+    files.remove("held.parquet")
+    if files.exists(f"{results}/dataset={HELD}"):
+        held = spark.read.parquet(files.uri(f"{results}/dataset={HELD}"))
+        summary.held = {row["trigger"]: row["count"]
+                        for row in held.groupBy("trigger").count().collect()}
+        files.move(f"{results}/dataset={HELD}", "held.parquet")
+    if files.exists(f"{results}/dataset={DOCUMENTS}"):
+        files.move(f"{results}/dataset={DOCUMENTS}", "documents.parquet")
+    files.remove(results)
+    summary.seconds = time.monotonic() - started
+    files.write("summary.json", orjson.dumps(summary.as_json(), option=orjson.OPT_INDENT_2))
+    return summary

@@ -1,0 +1,210 @@
+"""The rows that flow between the stages of the Spark pipeline, and their Arrow schemas.
+
+Three Python stages run inside one Spark job:
+
+1. *read*: the archive in file order, split by split: a position for every record, the
+   running maximum of record time within the split, and one summary per split;
+2. *ingress*: per (topic, partition), in position order: the core's Ingress;
+3. *triggers*: per (trigger, routing key), in position order: the core's Engine.
+
+Payloads between stages are `marshal`-encoded plain values (the Python interpreter is
+the same on both sides of a shuffle, and marshal is several times faster than JSON for
+dicts of strings and numbers).  Nothing here decides anything: it only moves the core's
+own objects (records, documents, journal records, outputs) across the shuffles.
+"""
+
+from __future__ import annotations
+
+import gc
+import marshal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from onceflow.envelope import Document
+from onceflow.journal import JournalRecord
+from onceflow.processor import Output
+
+# Row kinds, in the order a stage wants to see them (summaries before records).
+SUMMARY = 0
+RECORD = 1
+MALFORMED = 2
+FINAL = 2  # between ingress and triggers: a journal record or output, passed through
+
+# read -> ingress (shuffled by topic, partition).
+READ_SCHEMA = pa.schema([
+    ("kind", pa.int8()),
+    ("pos", pa.int64()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("w", pa.float64()),
+    ("data", pa.binary()),
+])
+READ_DDL = "kind byte, pos long, topic string, partition int, w double, data binary"
+
+# ingress -> triggers (shuffled by vpart).
+ROUTED_SCHEMA = pa.schema([
+    ("kind", pa.int8()),
+    ("vpart", pa.int32()),
+    ("pos", pa.int64()),
+    ("trigger", pa.int32()),
+    ("w", pa.float64()),
+    ("data", pa.binary()),
+])
+ROUTED_DDL = "kind byte, vpart int, pos long, trigger int, w double, data binary"
+
+# What the pipeline writes: journal records and published documents.
+JOURNAL = "journal"
+DOCUMENTS = "documents"
+HELD = "held"  # documents a suspended trigger holds: no journal record, not acknowledged
+RESULT_SCHEMA = pa.schema([
+    ("dataset", pa.string()),
+    ("trigger", pa.string()),
+    ("outcome", pa.string()),
+    ("identity", pa.string()),
+    ("activation", pa.string()),
+    ("ts", pa.float64()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("reason", pa.string()),
+    ("attempt", pa.int32()),
+    ("position", pa.int64()),
+    ("json", pa.string()),
+])
+RESULT_DDL = ("dataset string, trigger string, outcome string, identity string, "
+              "activation string, ts double, topic string, partition int, offset long, "
+              "reason string, attempt int, position long, json string")
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a stage runs.
+
+    A stage keeps millions of small objects (history entries, open joins, id caches) and
+    makes almost no reference cycles; the collector would rescan the growing state again
+    and again for nothing (as `onceflow replay` does, it is paused for the run).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def encode_document(doc: Document) -> bytes:
+    """A document as bytes for the shuffle to the trigger stage."""
+    return marshal.dumps((doc.type, doc.identity, doc.activation, doc.envelope, doc.ts,
+                          doc.topic, doc.partition, doc.offset, doc.message_id,
+                          doc.delivery_count, doc.key, doc.headers, doc.position))
+
+
+def decode_document(data: bytes) -> Document:
+    """Inverse of encode_document."""
+    return Document(*marshal.loads(data))
+
+
+def encode_final(item: JournalRecord | Output) -> bytes:
+    """A journal record or output made at ingress, passed through the trigger stage."""
+    if isinstance(item, JournalRecord):
+        return marshal.dumps((0, item.trigger, item.outcome, item.identity, item.activation,
+                              item.ts, item.topic, item.partition, item.offset, item.reason,
+                              item.attempt, item.position))
+    return marshal.dumps((1, item.topic, item.key, _plain(item.value), item.headers))
+
+
+def decode_final(data: bytes) -> JournalRecord | Output:
+    """Inverse of encode_final."""
+    fields = marshal.loads(data)
+    if fields[0] == 0:
+        return JournalRecord(*fields[1:])
+    return Output(*fields[1:])
+
+
+def _plain(value: Any) -> Any:
+    # Dead letters carry decoded JSON; anything else marshal cannot take goes as JSON text.
+    try:
+        marshal.dumps(value)
+    except ValueError:
+        return orjson.loads(orjson.dumps(value, default=str))
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    # A service may return something JSON cannot hold; write its text rather than fail.
+    return str(value)
+
+
+class ResultBuilder:
+    """Collects journal records and outputs and turns them into Arrow batches."""
+
+    __slots__ = ("_columns", "_size")
+
+    def __init__(self) -> None:
+        self._columns: list[list[Any]] = [[] for _ in RESULT_SCHEMA]
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def journal(self, records: list[JournalRecord]) -> None:
+        """Add journal records (with the JSON line `onceflow replay` prints)."""
+        (dataset, trigger, outcome, identity, activation, ts, topic, partition, offset,
+         reason, attempt, position, json) = self._columns
+        dumps = orjson.dumps
+        dataset.extend([JOURNAL] * len(records))
+        trigger.extend([r.trigger for r in records])
+        outcome.extend([r.outcome for r in records])
+        identity.extend([r.identity for r in records])
+        activation.extend([r.activation for r in records])
+        ts.extend([r.ts for r in records])
+        topic.extend([r.topic for r in records])
+        partition.extend([r.partition for r in records])
+        offset.extend([r.offset for r in records])
+        reason.extend([r.reason for r in records])
+        attempt.extend([r.attempt for r in records])
+        position.extend([r.position for r in records])
+        json.extend([dumps(r.as_dict(), default=_json_default).decode() for r in records])
+        self._size += len(records)
+
+    def outputs(self, items: list[Output]) -> None:
+        """Add documents published to output, error, in-doubt, reply-to, dead-letter topics."""
+        (dataset, trigger, outcome, identity, activation, ts, topic, partition, offset,
+         reason, attempt, position, json) = self._columns
+        dumps = orjson.dumps
+        count = len(items)
+        dataset.extend([DOCUMENTS] * count)
+        trigger.extend([i.headers.get("trigger") if i.headers else None for i in items])
+        identity.extend([i.headers.get("identity") if i.headers else None for i in items])
+        topic.extend([i.topic for i in items])
+        json.extend([dumps({"key": i.key, "headers": i.headers, "value": i.value},
+                           default=_json_default).decode() for i in items])
+        for column in (outcome, activation, ts, partition, offset, reason, attempt, position):
+            column.extend([None] * count)
+        self._size += count
+
+    def held(self, documents: list[tuple[str, Document]]) -> None:
+        """Add the documents suspended triggers hold (trigger name, document)."""
+        columns = self._columns
+        dumps = orjson.dumps
+        for trigger, doc in documents:
+            row = [HELD, trigger, None, doc.identity, doc.activation, float(doc.ts), doc.topic,
+                   doc.partition, doc.offset, None, None, doc.position,
+                   dumps({"trigger": trigger, "identity": doc.identity,
+                          "activation": doc.activation, "ts": doc.ts, "topic": doc.topic,
+                          "partition": doc.partition, "offset": doc.offset}).decode()]
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        self._size += len(documents)
+
+    def batch(self) -> pa.RecordBatch:
+        """Everything collected so far, as one batch; the builder starts empty again."""
+        arrays = [pa.array(column, type=field.type)
+                  for column, field in zip(self._columns, RESULT_SCHEMA, strict=True)]
+        self._columns = [[] for _ in RESULT_SCHEMA]
+        self._size = 0
+        return pa.RecordBatch.from_arrays(arrays, schema=RESULT_SCHEMA)
