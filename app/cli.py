@@ -28,7 +28,35 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--outputs", metavar="DIR",
                         help="also write output, error and in-doubt documents, one file a topic")
     _spark_commands(commands, replay)
+    replay.add_argument("--live", action="store_true",
+                        help="run it through a real worker on a fresh embedded broker")
+    replay.add_argument("--broker", metavar="HOST:PORT",
+                        help="with --live: use this broker instead of starting one")
+    _worker_commands(commands)
     return parser
+
+
+def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    worker = commands.add_parser(
+        "worker", help="run a Faust worker (settings from ONCEFLOW_* variables)",
+        description="Run the triggers of a trigger file over Kafka.")
+    worker.add_argument("--triggers", required=True, help="the triggers.toml file")
+    broker = commands.add_parser(
+        "broker", help="run the embedded broker (tansu, in memory) for development")
+    broker.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1")
+
+
+def _run_worker_command(args: argparse.Namespace) -> int | None:
+    if args.command == "worker":
+        from onceflow.app.settings import WorkerSettings
+        from onceflow.app.worker import run_worker
+
+        return run_worker(args.triggers, WorkerSettings.from_env())
+    if args.command == "broker":
+        from onceflow.app.broker import run_broker
+
+        return run_broker(args.port)
+    return None
 
 
 def _spark_commands(commands: argparse._SubParsersAction,  # type: ignore[type-arg]
@@ -59,10 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         code = _run_spark_command(args)
         if code is not None:
             return code
+        if args.command == "replay" and args.live:
+            from onceflow.app.live import print_live
+
+            return print_live(args.scenario, summary=args.summary, bootstrap=args.broker)
         if args.command == "replay":
             from onceflow.app.replay import run
 
             return run(args.scenario, summary=args.summary, outputs=args.outputs)
+        code = _run_worker_command(args)
+        if code is not None:
+            return code
     except OnceflowError as exc:
         print(f"onceflow: {exc}", file=sys.stderr)
         return 2

@@ -1,1 +1,1 @@
-"""tables."""
+"""State of the worker over Faust tables: raw partitions, buffered core stores, outboxes."""

@@ -1,0 +1,156 @@
+"""A sub-batch of one partition: the takes decided together and the services run together.
+
+Documents are decided (`TriggerProcessor.take`) one after another; their runs collect
+here.  When a document touches a history key or an activation that a run of this
+sub-batch holds, the sub-batch is settled first, so it is decided on the state that run
+leaves, exactly as a record-by-record replay would decide it.
+
+Settling: the processing entries become durable (one flush), the services run
+concurrently, then each run is completed in take order.  Runs of a trigger that suspends
+when its retries are exhausted (`on_retry_failure = "suspend"`) run one after another; when
+one suspends, the later takes of that trigger are rolled back (their store writes undone,
+their journal records dropped) and held with it, as a replay would have held them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from onceflow.envelope import Document
+from onceflow.history import history_key
+from onceflow.processor import Run, Sink, TriggerProcessor
+from onceflow.running import SUSPEND, ServiceResult, run_service_async
+from onceflow.tables.state import UndoLog
+from onceflow.triggers import ON_FAILURE_SUSPEND
+
+from .metrics import Metrics
+
+
+@dataclass(slots=True, eq=False)
+class Take:
+    """One document decided for one trigger, and what it produced."""
+
+    processor: TriggerProcessor
+    doc: Document
+    sink: Sink
+    run: Run | None = None
+    undo: UndoLog | None = None
+    result: ServiceResult | None = None
+    rolled_back: bool = False
+
+
+def doc_keys(processor: TriggerProcessor, doc: Document) -> list[tuple[str, str]]:
+    """The state a document's decision reads: its history key and its join."""
+    name = processor.trigger.name
+    if processor.joins is None or doc.activation is None:
+        return [(name, doc.identity)]
+    return [(name, history_key(doc.identity, doc.activation)), (name, "\x00" + doc.activation)]
+
+
+def run_keys(processor: TriggerProcessor, run: Run) -> list[tuple[str, str]]:
+    """The state a run holds until it completes."""
+    keys = []
+    for member in run.members:
+        keys.extend(doc_keys(processor, member))
+    return keys
+
+
+def suspends(processor: TriggerProcessor) -> bool:
+    """Whether the trigger's runs can end in a suspension (and so must be rolled back)."""
+    return processor.trigger.on_retry_failure == ON_FAILURE_SUSPEND
+
+
+@dataclass(slots=True)
+class SubBatch:
+    """The takes of one sub-batch, in order, and the keys its runs hold."""
+
+    takes: list[Take] = field(default_factory=list)
+    busy: set[tuple[str, str]] = field(default_factory=set)
+    runs: int = 0
+    suspending_runs: int = 0
+
+    def conflicts(self, processor: TriggerProcessor, doc: Document) -> bool:
+        """Whether deciding this document now would read state a pending run holds."""
+        busy = self.busy
+        return bool(busy) and any(key in busy for key in doc_keys(processor, doc))
+
+    def add(self, take: Take) -> None:
+        """Record a take (and the keys of its run)."""
+        self.takes.append(take)
+        if take.run is not None:
+            self.runs += 1
+            self.busy.update(run_keys(take.processor, take.run))
+            if take.undo is not None:
+                self.suspending_runs += 1
+
+    def clear(self) -> None:
+        """Start a new sub-batch."""
+        self.takes.clear()
+        self.busy.clear()
+        self.runs = 0
+        self.suspending_runs = 0
+
+
+async def run_services(
+    takes: list[Take],
+    slots: asyncio.Semaphore,
+    sleep: Callable[[float], Awaitable[None]],
+    metrics: Metrics,
+) -> None:
+    """Run every take's service concurrently; chains for triggers that may suspend."""
+    async def run_one(take: Take) -> None:
+        run = take.run
+        assert run is not None
+        trigger = take.processor.trigger
+        async with slots:
+            started = time.monotonic()
+            take.result = await run_service_async(
+                trigger, take.processor.service, run.payload, run.context(trigger.name),
+                sleep=sleep)
+            metrics.observe_service(trigger.name, time.monotonic() - started)
+
+    async def run_chain(chain: list[Take]) -> None:
+        for take in chain:
+            await run_one(take)
+            assert take.result is not None
+            if take.result.outcome == SUSPEND:
+                return
+
+    singles: list[Take] = []
+    chains: dict[str, list[Take]] = {}
+    for take in takes:
+        if take.run is None or take.rolled_back:
+            continue
+        if take.undo is not None:
+            chains.setdefault(take.processor.trigger.name, []).append(take)
+        else:
+            singles.append(take)
+    await asyncio.gather(*(run_one(t) for t in singles),
+                         *(run_chain(chain) for chain in chains.values()))
+
+
+def complete_runs(batch: SubBatch, hold: Callable[[Take, list[Document]], None]) -> None:
+    """Complete every run in take order; roll back what follows a suspension.
+
+    `hold(take, docs)` is told which documents a suspended trigger now holds, oldest first.
+    """
+    takes = batch.takes
+    for index, take in enumerate(takes):
+        if take.rolled_back or take.run is None:
+            continue
+        result = take.result
+        assert result is not None, "a run that was not rolled back has a result"
+        if result.outcome != SUSPEND:
+            take.processor.complete(take.run, result, take.sink)
+            continue
+        later = [t for t in takes[index + 1:]
+                 if t.processor is take.processor and not t.rolled_back]
+        for other in reversed(later):
+            if other.undo is not None:
+                other.undo.roll_back()
+            other.rolled_back = True
+        take.processor.complete(take.run, result, take.sink)
+        hold(take, [take.run.newest] + [t.doc for t in later])

@@ -1,0 +1,97 @@
+"""What every partition of a worker shares: triggers, options, tables, the producer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from onceflow.calls import Callee
+from onceflow.tables.outbox import Sender
+from onceflow.tables.partition import RawPartition
+from onceflow.triggers import TriggerSet
+
+from .metrics import Metrics
+from .wire import Names
+
+TABLES = ("ingress", "history", "joins", "control")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How a worker runs (the app's settings, in the terms the agents need)."""
+
+    partitions: int = 4
+    prefix: str = ""
+    batch_size: int = 2000
+    batch_within: float = 0.05
+    service_concurrency: int = 64
+    max_retry_wait: float | None = None
+    tick_interval: float = 1.0
+    idle_ticks: bool = True
+    idle_after: float = 2.0
+    history_sweeps: bool = True
+    max_document_bytes: int = 1_000_000
+    # Topics read although no trigger takes documents from them: every record on them is
+    # bad input (a live replay reads every topic its scenario writes).
+    extra_topics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StateTable:
+    """One table as onceflow uses it: its changelog topic and its local partitions."""
+
+    name: str
+    changelog: str
+    raw: Callable[[int], RawPartition]
+
+
+class Shared:
+    """The triggers, options, tables and producer that a worker's partitions share."""
+
+    def __init__(
+        self,
+        triggers: TriggerSet,
+        callees: dict[str, tuple[Callee, Callee | None]],
+        options: WorkerOptions,
+        tables: dict[str, StateTable],
+        sender: Sender,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.triggers = triggers
+        self.callees = callees
+        self.options = options
+        self.names = Names(options.prefix)
+        self.tables = tables
+        self.sender = sender
+        self.monotonic = monotonic
+        self.metrics = Metrics()
+        self._slots: asyncio.Semaphore | None = None
+        # The oldest record time this worker may still be handed again (see sweep_horizon).
+        self.horizon: Callable[[], float | None] = lambda: None
+
+    @property
+    def slots(self) -> asyncio.Semaphore:
+        """Bounds how many services run at once on this worker."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.options.service_concurrency)
+        return self._slots
+
+    async def retry_sleep(self, seconds: float) -> None:
+        """Wait between service attempts (capped by max_retry_wait, for test runs)."""
+        cap = self.options.max_retry_wait
+        await asyncio.sleep(seconds if cap is None else min(seconds, cap))
+
+    def sweep_horizon(self) -> float | None:
+        """History sweeps judge entries on no later time than this (None: partition time).
+
+        A history entry may only be swept once no record this worker may still be handed
+        again could see it: the worker's Faust layer reports the oldest record time among
+        the records it was handed whose offsets are not committed yet.
+        """
+        return self.horizon()
+
+    def forget_partitions(self, partitions: list[int]) -> None:
+        """Drop the in-memory state of partitions (revoked, or not to be trusted)."""

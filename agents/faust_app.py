@@ -1,0 +1,211 @@
+"""The Faust application of a worker: tables, agents, the clock, and the producer.
+
+Agents stay thin: they take batches of records from Faust's stream (`take_events`) and
+hand them to the runtime, which decides, runs and makes the batch durable before the
+agent returns; only then does Faust acknowledge the records and, later, commit their
+offsets.  Tables are Faust tables (RocksDB, changelogged, recovered by Faust), written in
+bulk by the runtime: one producer batch per changelog partition per flush instead of one
+send per write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaProducer
+from onceflow.calls import Callee
+from onceflow.tables.outbox import KafkaSender, Outbox
+from onceflow.tables.partition import DictPartition, RawPartition, RocksPartition
+from onceflow.triggers import TriggerSet
+
+from . import wire
+from .context import TABLES, StateTable, WorkerOptions
+from .runtime import Runtime
+from .transport import Transport, bootstrap_of
+
+log = logging.getLogger("onceflow.worker")
+
+
+class OnceflowApp(faust.App):
+    """A Faust app on onceflow's transport, with the raw producer the runtime writes with."""
+
+    runtime: Runtime
+    onceflow_producer: AIOKafkaProducer | None = None
+    ready = False
+
+    def _new_transport(self) -> Any:
+        return Transport(self.conf.broker_consumer, self)
+
+    async def on_start(self) -> None:
+        """Start the producer the runtime flushes batches with."""
+        await super().on_start()
+        if self.onceflow_producer is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=bootstrap_of(self.conf.broker_producer),
+                acks="all", enable_idempotence=False, linger_ms=0,
+                max_batch_size=1024 * 1024, max_request_size=8 * 1024 * 1024)
+            await producer.start()
+            self.onceflow_producer = producer
+            self.runtime.sender = KafkaSender(producer)
+
+    async def on_stop(self) -> None:
+        """Stop the producer after Faust stopped consuming."""
+        await super().on_stop()
+        if self.onceflow_producer is not None:
+            await self.onceflow_producer.stop()
+            self.onceflow_producer = None
+
+
+def raw_partitions(table: Any) -> Callable[[int], RawPartition]:
+    """Local partitions of a Faust table: its RocksDB databases, or dicts in memory."""
+    store = table.data
+    if hasattr(store, "_db_for_partition"):
+        return lambda partition: RocksPartition(store, partition)
+    memory: dict[int, DictPartition] = {}
+    return lambda partition: memory.setdefault(partition, DictPartition())
+
+
+class UncommittedTimes:
+    """Record times of records handed to this worker whose offsets are not committed yet."""
+
+    def __init__(self, app: faust.App) -> None:
+        self._app = app
+        self._handed: dict[Any, deque[tuple[int, float]]] = {}
+
+    def handed(self, tp: Any, offset: int, ts: float) -> None:
+        """Remember a record handed to the runtime."""
+        queue = self._handed.get(tp)
+        if queue is None:
+            queue = self._handed[tp] = deque()
+        queue.append((offset, ts))
+
+    def oldest(self) -> float | None:
+        """The oldest record time that may be handed again after a crash."""
+        committed = self._app.consumer._committed_offset
+        oldest: float | None = None
+        for tp, queue in self._handed.items():
+            done = committed.get(tp)
+            while queue and done is not None and queue[0][0] < done:
+                queue.popleft()
+            for _, ts in queue:
+                if oldest is None or ts < oldest:
+                    oldest = ts
+        return oldest
+
+
+def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | None]],
+              options: WorkerOptions, faust_settings: dict[str, Any]) -> OnceflowApp:
+    """The Faust app of a worker (not started)."""
+    names = wire.Names(options.prefix)
+    app = OnceflowApp(names.app_id, **faust_settings)
+    partitions = options.partitions
+    tables = {}
+    for name in TABLES:
+        table = app.Table(name, partitions=partitions, key_type=bytes, value_type=bytes,
+                          help=f"onceflow {name} state")
+        tables[name] = StateTable(name, table.changelog_topic.get_topic_name(),
+                                  raw_partitions(table))
+    runtime = Runtime(triggers, callees, options, tables, sender=_NotStarted())
+    app.runtime = runtime
+    uncommitted = UncommittedTimes(app)
+    if options.history_sweeps:
+        runtime.horizon = uncommitted.oldest
+
+    def deliveries(events: list[Any]) -> list[wire.Delivery]:
+        out = []
+        for event in events:
+            message = event.message
+            if options.history_sweeps:
+                uncommitted.handed(message.tp, message.offset, message.timestamp)
+            out.append(wire.Delivery(message.topic, message.partition, message.offset,
+                                     message.timestamp, message.key, message.value,
+                                     list(message.headers or ()), message))
+        return out
+
+    async def consume(stream: Any) -> None:
+        async for events in stream.take_events(options.batch_size, options.batch_within):
+            try:
+                await runtime.handle(deliveries(events))
+            except Exception as exc:
+                # Fail-stop: the batch is not acknowledged, so after a restart it is
+                # delivered again and decided on what is durable.
+                log.critical("onceflow: a batch failed; the worker stops: %r", exc)
+                await app.crash(exc)
+                raise
+
+    # Raw bytes: ingress decides what a value is (Faust would drop what is not JSON).
+    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
+           "value_serializer": "raw", "partitions": partitions}
+    inputs = app.topic(*runtime.input_topics, **raw)
+    route = app.topic(names.route, **raw)
+    app.agent(inputs, name="onceflow-ingress")(consume)
+    app.agent(route, name="onceflow-triggers")(consume)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
+        runtime.forget_partitions(sorted({tp.partition for tp in revoked}))
+
+    @app.on_rebalance_complete.connect
+    async def on_ready(sender: Any, **_: Any) -> None:
+        app.ready = True
+
+    @app.timer(options.tick_interval)
+    async def clock() -> None:
+        await tick_idle_partitions(app, runtime, options)
+
+    return app
+
+
+async def tick_idle_partitions(app: OnceflowApp, runtime: Runtime,
+                               options: WorkerOptions) -> None:
+    """Send wall-clock ticks to idle partitions; resume triggers whose resources are back."""
+    if app.onceflow_producer is None:
+        return
+    outbox = Outbox()
+    names = runtime.names
+    if options.idle_ticks:
+        now = time.time()
+        started = runtime.monotonic()
+        for tp in app.assignor.assigned_actives():
+            if tp.topic != names.route:
+                continue
+            worker = runtime.workers.get(tp.partition)
+            if worker is None or started - worker.last_record_at >= options.idle_after:
+                wire.add_control(outbox, names, tp.partition, wire.TICK, ts=now)
+    for name, facts in runtime.snapshot().items():
+        check = runtime.triggers.by_name(name).resource_check
+        if facts["suspended"] and check and await resource_available(check, runtime):
+            for partition in range(options.partitions):
+                wire.add_control(outbox, names, partition, wire.RESUME, trigger=name,
+                                 reason="resource check reports available",
+                                 journal=partition == 0)
+    if outbox.count:
+        await runtime.sender.send(outbox)
+
+
+async def resource_available(spec: str, runtime: Runtime) -> bool:
+    """Ask a trigger's resource check (a "package.module:function" returning true)."""
+    from onceflow.calls import load_callee
+
+    try:
+        check = load_callee(spec, {}, source=runtime.triggers.source, where="resource_check")
+        answer = check.function()
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        return bool(answer)
+    except Exception as exc:
+        log.warning("resource check %s failed: %r", spec, exc)
+        return False
+
+
+class _NotStarted:
+    """The sender before the app has started its producer."""
+
+    async def send(self, outbox: Outbox) -> dict[tuple[str, int], int]:
+        raise RuntimeError("the worker's producer is not started yet")

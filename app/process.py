@@ -1,0 +1,101 @@
+"""A worker as a child process: started, waited for, stopped or killed (live runs, tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+from onceflow.errors import OnceflowError
+
+
+def http_json(url: str, *, method: str = "GET", headers: dict[str, str] | None = None,
+              timeout: float = 5.0) -> tuple[int, Any]:
+    """(status, decoded JSON body) of a request; the body is None when not JSON."""
+    request = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read()
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body.decode("utf-8", "replace")
+
+
+class WorkerProcess:
+    """`onceflow worker --triggers FILE` with ONCEFLOW_* settings from `env`."""
+
+    def __init__(self, triggers: Path, env: dict[str, str], log_path: Path) -> None:
+        self.triggers = triggers
+        self.env = env
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def web_url(self) -> str:
+        """Where its web views answer."""
+        return f"http://127.0.0.1:{self.env['ONCEFLOW_WEB_PORT']}"
+
+    def start(self) -> WorkerProcess:
+        """Start the worker (not waiting for it)."""
+        self._log = open(self.log_path, "ab")
+        env = {**os.environ, **self.env}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "onceflow.app.cli", "worker", "--triggers",
+             str(self.triggers)],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> float:
+        """Wait until the worker has joined the group and recovered its tables."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            if self.process is None or self.process.poll() is not None:
+                raise OnceflowError(f"the worker exited before it was ready; see {self.log_path}")
+            try:
+                status, _ = http_json(self.web_url + "/ready", timeout=1.0)
+                if status == 200:
+                    return time.monotonic() - started
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise OnceflowError(f"the worker was not ready after {timeout} s; see {self.log_path}")
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process still runs."""
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, with nothing flushed or closed."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self._close()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (graceful: leave the group, flush), SIGKILL if it takes too long."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self._close()
+
+    def _close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None

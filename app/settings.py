@@ -1,0 +1,109 @@
+"""Worker settings, from the environment (prefix ONCEFLOW_), typed and frozen.
+
+A wrong value stops the worker at start with the variable's name and what was expected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from onceflow.agents.context import WorkerOptions
+from onceflow.errors import ConfigError
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class WorkerSettings(BaseSettings):
+    """Everything a worker (and the commands that talk to it) needs to know."""
+
+    model_config = SettingsConfigDict(env_prefix="ONCEFLOW_", frozen=True, extra="ignore")
+
+    broker_url: str = Field("kafka://127.0.0.1:9092",
+                            description="Kafka bootstrap servers, kafka://host:port[,...]")
+    data_dir: Path = Field(Path("onceflow-data"), description="where RocksDB tables live")
+    web_host: str = Field("127.0.0.1", description="address the web views listen on")
+    web_port: int = Field(6066, ge=1, le=65535, description="port of the web views")
+    partitions: int = Field(4, ge=1, description="partitions of every onceflow topic")
+    admin_token: SecretStr | None = Field(None, description="token for POST views")
+    topic_prefix: str = Field("", description="prefix of every topic name (isolation)")
+    batch_size: int = Field(2000, ge=1, description="records decided in one batch")
+    batch_within: float = Field(0.05, gt=0, description="seconds to wait for a full batch")
+    service_concurrency: int = Field(64, ge=1, description="services running at once")
+    max_retry_wait: float | None = Field(
+        None, ge=0, description="cap on the wait between attempts (test runs)")
+    tick_interval: float = Field(1.0, gt=0, description="seconds between clock checks")
+    idle_ticks: bool = Field(True, description="move idle partitions' time to the wall clock")
+    idle_after: float = Field(2.0, ge=0, description="seconds without records = idle")
+    history_sweeps: bool = Field(True, description="remove history entries past their TTL")
+    max_document_bytes: int = Field(1_000_000, ge=1, description="larger values: bad input")
+    extra_topics: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="comma-separated topics read although no trigger reads them")
+    session_timeout: float = Field(10.0, gt=0, description="consumer group session, seconds")
+    heartbeat_interval: float = Field(1.0, gt=0, description="group heartbeat, seconds")
+    log_level: str = Field("warn", description="crit, error, warn, info or debug")
+
+    @field_validator("extra_topics", mode="before")
+    @classmethod
+    def _split_topics(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(t.strip() for t in value.split(",") if t.strip())
+        return value
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> WorkerSettings:
+        """Read the environment; ConfigError names the variable and what was expected."""
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"ONCEFLOW_{'_'.join(str(p) for p in error['loc']).upper()}: {error['msg']}"
+                for error in exc.errors())
+            raise ConfigError("environment", "worker settings", problems) from None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """host:port,... for Kafka clients."""
+        servers = []
+        for part in self.broker_url.split(","):
+            part = part.strip()
+            if "://" in part:
+                part = part.split("://", 1)[1]
+            servers.append(part.rstrip("/"))
+        return ",".join(servers)
+
+    @property
+    def web_url(self) -> str:
+        """Where this worker's web views answer."""
+        return f"http://{self.web_host}:{self.web_port}"
+
+    def options(self) -> WorkerOptions:
+        """The agents' view of these settings."""
+        return WorkerOptions(
+            partitions=self.partitions, prefix=self.topic_prefix, batch_size=self.batch_size,
+            batch_within=self.batch_within, service_concurrency=self.service_concurrency,
+            max_retry_wait=self.max_retry_wait, tick_interval=self.tick_interval,
+            idle_ticks=self.idle_ticks, idle_after=self.idle_after,
+            history_sweeps=self.history_sweeps, max_document_bytes=self.max_document_bytes,
+            extra_topics=self.extra_topics)
+
+    def faust_settings(self) -> dict[str, Any]:
+        """Settings of the Faust app (see docs/operations.md for why each is set)."""
+        return {
+            "broker": ";".join(f"kafka://{s}" for s in self.bootstrap_servers.split(",")),
+            "store": "rocksdb://",
+            "datadir": str(self.data_dir),
+            "topic_partitions": self.partitions,
+            "topic_replication_factor": 1,
+            "topic_disable_leader": True,
+            "table_standby_replicas": 0,
+            "consumer_auto_offset_reset": "earliest",
+            "broker_session_timeout": self.session_timeout,
+            "broker_heartbeat_interval": self.heartbeat_interval,
+            "producer_acks": -1,
+            "stream_buffer_maxsize": max(4096, self.batch_size * 2),
+            "web_host": self.web_host,
+            "web_bind": self.web_host,
+            "web_port": self.web_port,
+            "canonical_url": self.web_url,
+        }

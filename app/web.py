@@ -1,0 +1,193 @@
+"""The web views of a worker, on Faust's web server.
+
+Views about one key (a history entry, a join) answer from the worker that owns the key's
+partition: any worker takes the request and forwards it there.  /triggers gathers the
+counts of every worker.  POST views need the admin token (header `Authorization: Bearer
+TOKEN` or `X-Onceflow-Token: TOKEN`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+from typing import Any
+
+import orjson
+from faust.web import Request, Response, View
+from onceflow.agents import wire
+from onceflow.agents.faust_app import OnceflowApp
+from onceflow.agents.metrics import prometheus_text
+from onceflow.history import HistoryEntry, history_key
+from onceflow.tables.outbox import Outbox
+from onceflow.tables.state import PartitionStore, TableBuffer
+
+from .settings import WorkerSettings
+
+SEP = "\x1f"
+
+
+def durable_store(app: OnceflowApp, table: str, partition: int, prefix: str) -> PartitionStore:
+    """Read-only view of what is durable in one table partition."""
+    state = app.runtime.tables[table]
+    return PartitionStore(TableBuffer(state.raw(partition), state.changelog, partition), prefix)
+
+
+def owner_url(app: OnceflowApp, partition: int) -> str | None:
+    """The web address of the worker that owns a partition (None: unknown right now)."""
+    changelog = app.runtime.tables["history"].changelog
+    for url, topics in app.router.table_metadata("history").items():
+        if partition in topics.get(changelog, ()):
+            return str(url).rstrip("/")
+    return None
+
+
+async def forward(app: OnceflowApp, view: View, request: Request, partition: int
+                  ) -> Response | None:
+    """Forward to the owner of a partition; None when this worker is the owner."""
+    owner = owner_url(app, partition)
+    if owner is None:
+        return view.error(503, f"partition {partition} has no owner right now; retry shortly")
+    if owner == str(app.conf.canonical_url).rstrip("/"):
+        return None
+    async with app.http_client.get(owner + request.path_qs) as response:
+        body = await response.read()
+        return view.bytes(body, content_type=response.content_type, status=response.status)
+
+
+def authorized(settings: WorkerSettings, request: Request) -> bool:
+    """Whether the request carries the admin token."""
+    if settings.admin_token is None:
+        return False
+    given = request.headers.get("X-Onceflow-Token") or ""
+    bearer = request.headers.get("Authorization") or ""
+    if bearer.startswith("Bearer "):
+        given = given or bearer[len("Bearer "):]
+    expected = settings.admin_token.get_secret_value()
+    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def local_triggers(app: OnceflowApp) -> dict[str, Any]:
+    """Every trigger as this worker sees it."""
+    runtime = app.runtime
+    facts = runtime.snapshot()
+    out = {}
+    for trigger in runtime.triggers.triggers:
+        definition = dataclasses.asdict(trigger)
+        out[trigger.name] = {"definition": definition,
+                             "counts": runtime.metrics.by_trigger(trigger.name),
+                             **facts[trigger.name]}
+    return out
+
+
+def merge_triggers(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every worker's view summed up."""
+    merged: dict[str, Any] = {}
+    for part in parts:
+        for name, facts in part.items():
+            into = merged.setdefault(name, {"definition": facts["definition"], "counts": {},
+                                            "suspended": False, "reason": "",
+                                            "open_joins": 0, "history_entries": 0,
+                                            "held": 0})
+            for outcome, n in facts["counts"].items():
+                into["counts"][outcome] = into["counts"].get(outcome, 0) + n
+            if facts["suspended"]:
+                into["suspended"], into["reason"] = True, facts["reason"]
+            for field in ("open_joins", "history_entries", "held"):
+                into[field] += facts[field]
+    return merged
+
+
+def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
+    """Register the views on the app's web server."""
+    runtime = app.runtime
+    partitions = settings.partitions
+    by_name = {trigger.name: trigger for trigger in runtime.triggers.triggers}
+
+    @app.page("/ready")
+    async def ready(web: Any, request: Request) -> Response:
+        if app.ready:
+            return web.json({"ready": True})
+        return web.json({"ready": False}, status=503)
+
+    @app.page("/triggers")
+    async def triggers(web: Any, request: Request) -> Response:
+        mine = local_triggers(app)
+        if request.query.get("local"):
+            return web.json(mine)
+        parts = [mine]
+        me = str(app.conf.canonical_url).rstrip("/")
+        for url in app.router.tables_metadata():
+            peer = str(url).rstrip("/")
+            if peer != me:
+                async with app.http_client.get(peer + "/triggers?local=1") as response:
+                    parts.append(orjson.loads(await response.read()))
+        return web.json({"workers": len(parts), "triggers": merge_triggers(parts)})
+
+    class HistoryView(View):
+        async def get(self, request: Request, trigger: str, identity: str) -> Response:
+            definition = by_name.get(trigger)
+            if definition is None:
+                return self.error(404, f"no trigger named {trigger!r}")
+            activation = request.query.get("activation")
+            joined = definition.routes_by_activation and activation is not None
+            partition = wire.route_partition(activation if joined else identity, partitions)
+            forwarded = await forward(app, self, request, partition)
+            if forwarded is not None:
+                return forwarded
+            key = history_key(identity, activation) if joined else identity
+            value = durable_store(app, "history", partition, trigger + SEP).get(key)
+            entry = None if value is None else HistoryEntry(value[0], value[1]).describe()
+            return self.json({"trigger": trigger, "identity": identity,
+                              "activation": activation, "entry": entry,
+                              "history_ttl": definition.history_ttl,
+                              "partition": partition, "worker": str(app.conf.canonical_url)})
+
+    class JoinView(View):
+        async def get(self, request: Request, trigger: str, activation: str) -> Response:
+            if trigger not in by_name:
+                return self.error(404, f"no trigger named {trigger!r}")
+            partition = wire.route_partition(activation, partitions)
+            forwarded = await forward(app, self, request, partition)
+            if forwarded is not None:
+                return forwarded
+            state = durable_store(app, "joins", partition, trigger + SEP).get(activation)
+            return self.json({"trigger": trigger, "activation": activation, "open": state,
+                              "partition": partition, "worker": str(app.conf.canonical_url)})
+
+    class CommandView(View):
+        async def post(self, request: Request, name: str, action: str) -> Response:
+            if not authorized(settings, request):
+                return self.error(403, "this needs the admin token (ONCEFLOW_ADMIN_TOKEN)")
+            if name not in by_name:
+                return self.error(404, f"no trigger named {name!r}")
+            if action not in (wire.SUSPEND, wire.RESUME):
+                return self.error(404, f"unknown action {action!r}: suspend or resume")
+            outbox = Outbox()
+            reason = "suspended by command" if action == wire.SUSPEND else "resumed by command"
+            for partition in range(partitions):
+                wire.add_control(outbox, runtime.names, partition, action, trigger=name,
+                                 reason=reason, journal=partition == 0)
+            await runtime.sender.send(outbox)
+            return self.json({"trigger": name, "action": action, "partitions": partitions},
+                             status=202)
+
+    @app.page("/metrics")
+    async def metrics(web: Any, request: Request) -> Response:
+        facts = runtime.snapshot()
+        lag = {}
+        monitor = app.monitor
+        for tp in app.consumer.assignment():
+            end = monitor.tp_end_offsets.get(tp)
+            if end is not None:
+                lag[(tp.topic, tp.partition)] = max(
+                    0, end - (monitor.tp_committed_offsets.get(tp) or 0))
+        text = prometheus_text(
+            runtime.metrics,
+            open_joins={n: f["open_joins"] for n, f in facts.items()},
+            history_entries={n: f["history_entries"] for n, f in facts.items()},
+            lag=lag, suspended={n: f["suspended"] for n, f in facts.items()})
+        return web.text(text, content_type="text/plain; version=0.0.4")
+
+    app.page("/history/{trigger}/{identity}")(HistoryView)
+    app.page("/joins/{trigger}/{activation}")(JoinView)
+    app.page("/triggers/{name}/{action}")(CommandView)

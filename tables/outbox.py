@@ -1,0 +1,171 @@
+"""Records to produce together: changelog entries, journal records, outputs, routed documents.
+
+A batch fills an `Outbox`; a `Sender` produces it in as few producer batches as the
+broker allows (one per topic-partition, split only by size) and waits for every
+acknowledgement.  Faust's per-record produce path costs well over 100 microseconds a
+record; a producer batch costs a few microseconds a record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiokafka.partitioner import murmur2
+
+TopicPartition = tuple[str, int]
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """Kafka's default partition of a key (murmur2, as the Java client computes it)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(slots=True)
+class OutRecord:
+    """One record to produce."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    timestamp_ms: int | None = None
+
+
+class Outbox:
+    """Records grouped by topic and partition (None: by key, as Kafka's default would)."""
+
+    __slots__ = ("records", "count")
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[str, int | None], list[OutRecord]] = {}
+        self.count = 0
+
+    def add(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
+            headers: Iterable[tuple[str, bytes]] = (), timestamp_ms: int | None = None) -> None:
+        """Queue one record."""
+        bucket = self.records.get((topic, partition))
+        if bucket is None:
+            bucket = self.records[(topic, partition)] = []
+        bucket.append(OutRecord(key, value, list(headers), timestamp_ms))
+        self.count += 1
+
+    def __len__(self) -> int:
+        return self.count
+
+    def clear(self) -> None:
+        """Forget every queued record."""
+        self.records.clear()
+        self.count = 0
+
+
+class Sender(Protocol):
+    """Produces an outbox and waits until the broker has every record."""
+
+    async def send(self, outbox: Outbox) -> dict[TopicPartition, int]:
+        """Produce everything; return the last offset written per topic-partition."""
+
+
+class KafkaSender:
+    """An outbox through one aiokafka producer, one producer batch per topic-partition."""
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+        self._partitions: dict[str, int] = {}
+        self._spread = itertools.count()
+
+    async def _partition_count(self, topic: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            count = self._partitions[topic] = len(await self._producer.partitions_for(topic))
+        return count
+
+    async def send(self, outbox: Outbox) -> dict[TopicPartition, int]:
+        """Produce everything and wait for the acknowledgements."""
+        if not outbox.count:
+            return {}
+        grouped: dict[TopicPartition, list[OutRecord]] = {}
+        for (topic, partition), records in outbox.records.items():
+            if partition is not None:
+                grouped.setdefault((topic, partition), []).extend(records)
+                continue
+            count = await self._partition_count(topic)
+            for record in records:
+                chosen = (partition_for(record.key, count) if record.key is not None
+                          else next(self._spread) % count)
+                grouped.setdefault((topic, chosen), []).append(record)
+        pending: list[tuple[TopicPartition, int, Any]] = []
+        producer = self._producer
+        for (topic, partition), records in grouped.items():
+            batch = producer.create_batch()
+            size = 0
+            for record in records:
+                if batch.append(key=record.key, value=record.value,
+                                timestamp=record.timestamp_ms, headers=record.headers) is None:
+                    pending.append(((topic, partition), size,
+                                    await producer.send_batch(batch, topic, partition=partition)))
+                    batch = producer.create_batch()
+                    size = 0
+                    if batch.append(key=record.key, value=record.value,
+                                    timestamp=record.timestamp_ms,
+                                    headers=record.headers) is None:
+                        raise ValueError(f"a record for {topic} does not fit a producer batch")
+                size += 1
+            pending.append(((topic, partition), size,
+                            await producer.send_batch(batch, topic, partition=partition)))
+        results = await asyncio.gather(*(future for _, _, future in pending))
+        last: dict[TopicPartition, int] = {}
+        for (tp, size, _), metadata in zip(pending, results, strict=True):
+            last[tp] = max(last.get(tp, -1), metadata.offset + size - 1)
+        return last
+
+
+@dataclass(slots=True)
+class StoredRecord:
+    """A record as the memory broker keeps it."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp_ms: int | None
+
+
+class MemoryBroker:
+    """Topics in memory: the sender of agent tests and the in-process cluster."""
+
+    def __init__(self, partitions: int = 4) -> None:
+        self.default_partitions = partitions
+        self.topics: dict[str, list[list[StoredRecord]]] = {}
+
+    def log(self, topic: str, partition: int) -> list[StoredRecord]:
+        """One partition's records (creating the topic when new)."""
+        logs = self.topics.get(topic)
+        if logs is None:
+            logs = self.topics[topic] = [[] for _ in range(self.default_partitions)]
+        return logs[partition]
+
+    def records(self, topic: str) -> list[StoredRecord]:
+        """Every record of a topic, partition by partition."""
+        return [r for log in self.topics.get(topic, []) for r in log]
+
+    def append(self, topic: str, partition: int | None, record: OutRecord) -> tuple[int, int]:
+        """Store one record; (partition, offset)."""
+        if partition is None:
+            partition = (partition_for(record.key, self.default_partitions)
+                         if record.key is not None else 0)
+        log = self.log(topic, partition)
+        log.append(StoredRecord(len(log), record.key, record.value, list(record.headers),
+                                record.timestamp_ms))
+        return partition, len(log) - 1
+
+    async def send(self, outbox: Outbox) -> dict[TopicPartition, int]:
+        """Store everything at once."""
+        last: dict[TopicPartition, int] = {}
+        for (topic, partition), records in outbox.records.items():
+            for record in records:
+                chosen, offset = self.append(topic, partition, record)
+                last[(topic, chosen)] = offset
+        return last
