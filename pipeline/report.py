@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
 from onceflow.journal import TERMINAL
 
 from .audit import AuditResult
