@@ -1,11 +1,11 @@
-"""The Faust application of a worker: tables, agents, the clock, and the producer.
+"""The Faust application of a worker: tables, the two agents, the clock, the producer.
 
-Agents stay thin: they take batches of records from Faust's stream (`take_events`) and
-hand them to the runtime, which decides, runs and makes the batch durable before the
-agent returns; only then does Faust acknowledge the records and, later, commit their
-offsets.  Tables are Faust tables (RocksDB, changelogged, recovered by Faust), written in
-bulk by the runtime: one producer batch per changelog partition per flush instead of one
-send per write.
+The agents stay thin: ingress (the input topics) and triggers (the repartition topic)
+take the records of each fetch in bulk (see transport.py) and hand them to the runtime,
+which decides, runs and makes the batch durable before it returns; only then does Faust
+acknowledge the records and, later, commit their offsets.  Tables are Faust tables
+(RocksDB, changelogged, assigned and recovered by Faust), written in bulk by the runtime:
+one producer batch per changelog partition per flush instead of one send per write.
 """
 
 from __future__ import annotations
@@ -30,12 +30,16 @@ from .runtime import Runtime
 from .transport import Transport, bootstrap_of
 
 log = logging.getLogger("onceflow.worker")
+# The offsets of every batch, at INFO (ONCEFLOW_DEBUG_BATCHES=true); quiet otherwise.
+batch_log = logging.getLogger("onceflow.batches")
+batch_log.setLevel(logging.WARNING)
 
 
 class OnceflowApp(faust.App):
     """A Faust app on onceflow's transport, with the raw producer the runtime writes with."""
 
     runtime: Runtime
+    bulk_delivery: Any = None
     onceflow_producer: AIOKafkaProducer | None = None
     ready = False
 
@@ -45,6 +49,7 @@ class OnceflowApp(faust.App):
     async def on_start(self) -> None:
         """Start the producer the runtime flushes batches with."""
         await super().on_start()
+        self.consumer.bulk_delivery = self.bulk_delivery
         if self.onceflow_producer is None:
             producer = AIOKafkaProducer(
                 bootstrap_servers=bootstrap_of(self.conf.broker_producer),
@@ -117,10 +122,9 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
     if options.history_sweeps:
         runtime.horizon = uncommitted.oldest
 
-    def deliveries(events: list[Any]) -> list[wire.Delivery]:
+    def deliveries(messages: list[Any]) -> list[wire.Delivery]:
         out = []
-        for event in events:
-            message = event.message
+        for message in messages:
             if options.history_sweeps:
                 uncommitted.handed(message.tp, message.offset, message.timestamp)
             out.append(wire.Delivery(message.topic, message.partition, message.offset,
@@ -128,24 +132,31 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
                                      list(message.headers or ()), message))
         return out
 
-    async def consume(stream: Any) -> None:
-        async for events in stream.take_events(options.batch_size, options.batch_within):
-            try:
-                await runtime.handle(deliveries(events))
-            except Exception as exc:
-                # Fail-stop: the batch is not acknowledged, so after a restart it is
-                # delivered again and decided on what is durable.
-                log.critical("onceflow: a batch failed; the worker stops: %r", exc)
-                await app.crash(exc)
-                raise
+    async def consume(messages: list[Any]) -> None:
+        """The two agents' work: ingress (input topics) and triggers (repartition topic)."""
+        if batch_log.isEnabledFor(logging.INFO):
+            spans: dict[Any, list[int]] = {}
+            for message in messages:
+                spans.setdefault(message.tp, []).append(message.offset)
+            batch_log.info("batch %s", {f"{tp.topic}/{tp.partition}": (min(o), max(o), len(o))
+                                        for tp, o in spans.items()})
+        try:
+            await runtime.handle(deliveries(messages))
+        except Exception as exc:
+            # Fail-stop: the batch is not acknowledged, so after a restart it is
+            # delivered again and decided on what is durable.
+            log.critical("onceflow: a batch failed; the worker stops: %r", exc)
+            await app.crash(exc)
+            raise
 
     # Raw bytes: ingress decides what a value is (Faust would drop what is not JSON).
     raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw",
            "value_serializer": "raw", "partitions": partitions}
     inputs = app.topic(*runtime.input_topics, **raw)
     route = app.topic(names.route, **raw)
-    app.agent(inputs, name="onceflow-ingress")(consume)
-    app.agent(route, name="onceflow-triggers")(consume)
+    app.topics.add(inputs)
+    app.topics.add(route)
+    app.bulk_delivery = (frozenset((*runtime.input_topics, names.route)), consume)
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:

@@ -54,6 +54,7 @@ class PartitionWorker(ControlMixin):
         self.buffers = [TableBuffer(names[n].raw(partition), names[n].changelog, partition)
                         for n in ("ingress", "history", "joins", "control")]
         ingress_buffer, history_buffer, joins_buffer, control_buffer = self.buffers
+        self.before_runs = [ingress_buffer, history_buffer, control_buffer]
         ids = PartitionStore(ingress_buffer, "ids" + SEP)
         volatile_ids: dict[str, Any] = {}
         self.ingress = Ingress(runtime.triggers, PartitionStore(ingress_buffer, "progress" + SEP),
@@ -157,6 +158,13 @@ class PartitionWorker(ControlMixin):
         kind = message.get("k")
         if kind == wire.DOC:
             doc = Document.from_json(message["d"])
+            # The repartition topic redelivers too (after a crash before its offsets were
+            # committed): a routed document at or below the highest offset already started
+            # here counts as delivered twice, as an input record would.
+            routed = Record(self.rt.names.logical(delivery.topic), delivery.partition,
+                            delivery.offset, doc.ts, None)
+            if self.ingress.delivery.count(routed) > 1 and doc.delivery_count == 1:
+                doc.delivery_count = 2
             self.last_record_at = self.rt.monotonic()
             if self.batch.suspending_runs and (self.now is None or doc.ts > self.now):
                 await self.settle()
@@ -205,7 +213,10 @@ class PartitionWorker(ControlMixin):
         batch = self.batch
         rt = self.rt
         if batch.runs:
-            await flush_state(rt.sender, self.buffers)
+            # Processing entries (and delivery progress) become durable before any service
+            # runs.  Join changes wait for the completed entries: after a crash in between,
+            # the join is still open and a redelivered document can complete it again.
+            await flush_state(rt.sender, self.before_runs)
             await run_services(batch.takes, rt.slots, rt.retry_sleep, rt.metrics)
 
             def hold(take: Take, docs: list[Document]) -> None:

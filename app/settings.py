@@ -42,6 +42,7 @@ class WorkerSettings(BaseSettings):
     session_timeout: float = Field(10.0, gt=0, description="consumer group session, seconds")
     heartbeat_interval: float = Field(1.0, gt=0, description="group heartbeat, seconds")
     log_level: str = Field("warn", description="crit, error, warn, info or debug")
+    debug_batches: bool = Field(False, description="log the offsets of every batch")
 
     @field_validator("extra_topics", mode="before")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from pathlib import Path
 
@@ -33,5 +34,7 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     print(f"onceflow: worker for {path} on {settings.broker_url}; web views at "
           f"{settings.web_url}", file=sys.stderr, flush=True)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
+    if settings.debug_batches:
+        logging.getLogger("onceflow.batches").setLevel(logging.INFO)
     worker.execute_from_commandline()
     return 0

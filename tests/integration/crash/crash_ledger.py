@@ -1,0 +1,62 @@
+"""The ledger service and resolver of the crash test (loaded by the workers).
+
+`record` inserts one row per document it runs for; the key is unique, so a second run of
+the same document lands in `doubles` instead.  `resolve` answers DUPLICATE when the
+ledger has the document, NEW when it has not.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Any
+
+from onceflow import CallContext
+
+_connection: sqlite3.Connection | None = None
+
+
+def connect(path: str) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, timeout=60, isolation_level=None)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=NORMAL")
+    connection.execute("CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, pid INTEGER)")
+    connection.execute("CREATE TABLE IF NOT EXISTS doubles (key TEXT, pid INTEGER)")
+    return connection
+
+
+def _db() -> sqlite3.Connection:
+    global _connection
+    if _connection is None:
+        _connection = connect(os.environ["ONCEFLOW_TEST_LEDGER"])
+    return _connection
+
+
+def member_keys(document: Any, context: CallContext) -> list[str]:
+    documents = document.get("documents") if isinstance(document, dict) else None
+    if isinstance(documents, dict) and "activation" in document:
+        return [f"{context.trigger}:{member['uuid']}" for member in documents.values()]
+    return [f"{context.trigger}:{context.identity}"]
+
+
+def record(document: Any, context: CallContext) -> dict[str, Any]:
+    db = _db()
+    keys = member_keys(document, context)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for key in keys:
+            try:
+                db.execute("INSERT INTO runs VALUES (?, ?)", (key, os.getpid()))
+            except sqlite3.IntegrityError:
+                db.execute("INSERT INTO doubles VALUES (?, ?)", (key, os.getpid()))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return {"ran": keys}
+
+
+def resolve(document: Any, context: CallContext) -> str:
+    key = f"{context.trigger}:{context.identity}"
+    found = _db().execute("SELECT 1 FROM runs WHERE key = ?", (key,)).fetchone()
+    return "DUPLICATE" if found else "NEW"
