@@ -7,17 +7,21 @@ ledger has the document, NEW when it has not.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
+import threading
 from typing import Any
 
 from onceflow import CallContext
 
 _connection: sqlite3.Connection | None = None
+_lock = threading.Lock()
 
 
 def connect(path: str) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, timeout=60, isolation_level=None)
+    connection = sqlite3.connect(path, timeout=60, isolation_level=None,
+                                 check_same_thread=False)
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=NORMAL")
     connection.execute("CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, pid INTEGER)")
@@ -27,9 +31,10 @@ def connect(path: str) -> sqlite3.Connection:
 
 def _db() -> sqlite3.Connection:
     global _connection
-    if _connection is None:
-        _connection = connect(os.environ["ONCEFLOW_TEST_LEDGER"])
-    return _connection
+    with _lock:
+        if _connection is None:
+            _connection = connect(os.environ["ONCEFLOW_TEST_LEDGER"])
+        return _connection
 
 
 def member_keys(document: Any, context: CallContext) -> list[str]:
@@ -39,24 +44,33 @@ def member_keys(document: Any, context: CallContext) -> list[str]:
     return [f"{context.trigger}:{context.identity}"]
 
 
-def record(document: Any, context: CallContext) -> dict[str, Any]:
+async def record(document: Any, context: CallContext) -> dict[str, Any]:
+    # In a thread: two workers share the ledger, and SQLite's wait for the other one's
+    # write lock must not hold up the worker's event loop.
+    return await asyncio.to_thread(_record, document, context)
+
+
+def _record(document: Any, context: CallContext) -> dict[str, Any]:
     db = _db()
     keys = member_keys(document, context)
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        for key in keys:
-            try:
-                db.execute("INSERT INTO runs VALUES (?, ?)", (key, os.getpid()))
-            except sqlite3.IntegrityError:
-                db.execute("INSERT INTO doubles VALUES (?, ?)", (key, os.getpid()))
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
+    with _lock:  # one connection, used by one thread at a time
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for key in keys:
+                try:
+                    db.execute("INSERT INTO runs VALUES (?, ?)", (key, os.getpid()))
+                except sqlite3.IntegrityError:
+                    db.execute("INSERT INTO doubles VALUES (?, ?)", (key, os.getpid()))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
     return {"ran": keys}
 
 
 def resolve(document: Any, context: CallContext) -> str:
     key = f"{context.trigger}:{context.identity}"
-    found = _db().execute("SELECT 1 FROM runs WHERE key = ?", (key,)).fetchone()
+    db = _db()
+    with _lock:
+        found = db.execute("SELECT 1 FROM runs WHERE key = ?", (key,)).fetchone()
     return "DUPLICATE" if found else "NEW"
