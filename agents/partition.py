@@ -151,7 +151,10 @@ class PartitionWorker(ControlMixin):
         self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
                                           activation, record.ts, record.topic,
                                           record.partition, record.offset, reason))
-        self.outputs.append(dead_letter(record, reason))
+        letter = dead_letter(record, reason)
+        letter.value.pop("value", None)  # by reference only: the record is on its topic
+        letter.value["size"] = size
+        self.outputs.append(letter)
 
     async def _route_message(self, delivery: wire.Delivery) -> None:
         message = orjson.loads(delivery.value or b"{}")
