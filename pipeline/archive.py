@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from onceflow.errors import OnceflowError, ScenarioError
 from onceflow.scenario import parse_record_line
 
-from .rows import MALFORMED, READ_DDL, READ_SCHEMA, RECORD, SUMMARY, paused_gc
+from .rows import MALFORMED, READ_DDL, READ_SCHEMA, RECORDS, SUMMARY, paused_gc
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSION_SUFFIXES = ("", ".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate")
@@ -144,31 +144,47 @@ def read_records(spark: Any, archive: Archive) -> Any:
     return frame
 
 
-class _ReadOutput:
-    """Columns of READ_SCHEMA rows, filled row by row."""
+class _Blocks:
+    """The read stage's output: per block, one row for each topic-partition in it."""
 
-    __slots__ = ("kind", "pos", "topic", "partition", "w", "data")
+    __slots__ = ("columns", "groups", "malformed", "block")
 
     def __init__(self) -> None:
-        self.kind: list[int] = []
-        self.pos: list[int] = []
-        self.topic: list[str | None] = []
-        self.partition: list[int | None] = []
-        self.w: list[float | None] = []
-        self.data: list[bytes] = []
+        self.columns: tuple[list[Any], ...] = ([], [], [], [], [])
+        self.groups: dict[tuple[str, int], list[tuple[int, float, Any]]] = {}
+        self.malformed: list[tuple[int, str, str, str]] = []
+        self.block: int | None = None
 
-    def add(self, kind: int, pos: int, topic: str | None, partition: int | None,
-            w: float | None, data: bytes) -> None:
-        self.kind.append(kind)
-        self.pos.append(pos)
-        self.topic.append(topic)
-        self.partition.append(partition)
-        self.w.append(w)
-        self.data.append(data)
+    def _row(self, kind: int, block: int, topic: str | None, partition: int | None,
+             data: bytes) -> None:
+        for column, value in zip(self.columns, (kind, block, topic, partition, data),
+                                 strict=True):
+            column.append(value)
 
-    def batch(self) -> pa.RecordBatch:
-        arrays = [pa.array(getattr(self, name), type=field.type)
-                  for name, field in zip(self.__slots__, READ_SCHEMA, strict=True)]
+    def close_block(self) -> None:
+        """Write the current block's rows; the next record starts a new block."""
+        block = self.block
+        if block is None:
+            return
+        for (topic, partition), entries in self.groups.items():
+            self._row(RECORDS, block, topic, partition, marshal.dumps(entries))
+        if self.malformed:
+            self._row(MALFORMED, block, None, None, marshal.dumps(self.malformed))
+        self.groups = {}
+        self.malformed = []
+        self.block = None
+
+    def summary(self, first: int, newest: float) -> None:
+        """A split's first position and newest record time."""
+        self._row(SUMMARY, first, None, None, marshal.dumps(newest))
+
+    def batch(self) -> pa.RecordBatch | None:
+        """The rows written so far, as one batch (None when there are none)."""
+        if not self.columns[0]:
+            return None
+        arrays = [pa.array(column, type=field.type)
+                  for column, field in zip(self.columns, READ_SCHEMA, strict=True)]
+        self.columns = ([], [], [], [], [])
         return pa.RecordBatch.from_arrays(arrays, schema=READ_SCHEMA)
 
 
@@ -187,11 +203,12 @@ class _Splits:
         self.row = 0
         self.high = float("-inf")
 
-    def enter(self, file: str, start: int, first_row: int, out: _ReadOutput) -> None:
+    def enter(self, file: str, start: int, first_row: int, out: _Blocks) -> None:
         """A row of another split than the last one: close the last, open this one.
 
         `first_row` is where the split's rows start counting: its byte offset for JSON
-        lines, the row index of its first row for Parquet.
+        lines, the row index of its first row for Parquet.  A block never spans splits:
+        Spark may read the splits of one file in any order.
         """
         self.close(out)
         rank = self.ranks.get(normalize_path(file))
@@ -203,10 +220,11 @@ class _Splits:
         self.row = 0
         self.high = float("-inf")
 
-    def close(self, out: _ReadOutput) -> None:
-        """Write the summary of the current split (its first position, its newest time)."""
+    def close(self, out: _Blocks) -> None:
+        """Close the block and write the summary of the current split."""
+        out.close_block()
         if self.file is not None and self.high > float("-inf"):
-            out.add(SUMMARY, self.base, None, None, self.high, b"")
+            out.summary(self.base, self.high)
         self.file = None
 
     def where(self) -> str:
@@ -218,30 +236,58 @@ class _Splits:
         return f"{self.file} line {self.row} of the block at byte {self.start}"
 
 
-def _route(item: Any, pos: int, splits: _Splits, out: _ReadOutput, text: str) -> None:
-    """Check what routing and time need; a line that is not a record goes on as malformed."""
+def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str) -> None:
+    """Check what routing and time need; a line that is not a record goes on as malformed.
+
+    The core's parse_record_line has the last word; it runs here only for a line that
+    looks wrong, so that a malformed line is named by its file and line.  Checks that need
+    the partition's earlier lines (a redelivery may leave out its value) wait for ingress.
+    """
     if type(item) is dict:
         ts = item.get("ts")
         topic = item.get("topic")
         partition = item.get("partition")
         if partition is None:
             partition = 0
-        if (type(ts) is int or type(ts) is float) and type(topic) is str and topic and (
-            type(partition) is int and 0 <= partition < 2**31
-        ):
-            if ts > splits.high:
-                splits.high = ts
-            out.add(RECORD, pos, topic, partition, float(splits.high), marshal.dumps(item))
+        routable = (type(ts) is int or type(ts) is float) and type(topic) is str and topic and (
+            type(partition) is int and 0 <= partition < 2**31)
+        reason = "'partition' is out of range"
+        if routable and not _looks_wrong(item):
+            _add(item, ts, topic, partition, pos, splits, out)
             return
         try:
             parse_record_line(item, {}, None)
-            reason = "'partition' is out of range"
         except ScenarioError as exc:
             reason = str(exc)
+        else:
+            if routable:
+                _add(item, ts, topic, partition, pos, splits, out)
+                return
     else:
         reason = "expected a JSON object"
-    out.add(MALFORMED, pos, None, None, None,
-            marshal.dumps((splits.where(), reason, text)))
+    out.malformed.append((pos, splits.where(), reason, text))
+
+
+def _looks_wrong(item: dict[str, Any]) -> bool:
+    headers = item.get("headers")
+    if headers and (type(headers) is not dict
+                    or not all(type(v) is str for v in headers.values())):
+        return True
+    key, offset, raw = item.get("key"), item.get("offset"), item.get("raw")
+    return ((key is not None and type(key) is not str)
+            or (offset is not None and (type(offset) is not int or offset < 0))
+            or (raw is not None and type(raw) is not str)
+            or (headers is not None and not headers and type(headers) is not dict))
+
+
+def _add(item: dict[str, Any], ts: float, topic: str, partition: int, pos: int,
+         splits: _Splits, out: _Blocks) -> None:
+    if ts > splits.high:
+        splits.high = ts
+    group = out.groups.get((topic, partition))
+    if group is None:
+        group = out.groups[(topic, partition)] = []
+    group.append((pos, float(splits.high), item))
 
 
 class ReadLines:
@@ -259,8 +305,8 @@ class ReadLines:
         loads = orjson.loads
         decode_error = orjson.JSONDecodeError
         splits = _Splits(self.ranks, "line")
+        out = _Blocks()
         for batch in batches:
-            out = _ReadOutput()
             lines = batch.column(0).to_pylist()
             files = batch.column(1).to_pylist()
             starts = batch.column(2).to_pylist()
@@ -269,21 +315,25 @@ class ReadLines:
                     splits.enter(file, start, start, out)
                 pos = splits.base + splits.row
                 splits.row += 1
+                if out.block is None:
+                    out.block = pos
                 try:
                     item = loads(line)
                 except decode_error as exc:
                     if not line.strip():
                         continue  # blank lines are skipped, as replay skips them
-                    out.add(MALFORMED, pos, None, None, None, marshal.dumps(
-                        (splits.where(), f"not a JSON line: {exc}", line)))
+                    out.malformed.append((pos, splits.where(), f"not a JSON line: {exc}",
+                                          line))
                     continue
                 _route(item, pos, splits, out, line)
-            if out.pos:
-                yield out.batch()
-        out = _ReadOutput()
+            out.close_block()
+            rows = out.batch()
+            if rows is not None:
+                yield rows
         splits.close(out)
-        if out.pos:
-            yield out.batch()
+        rows = out.batch()
+        if rows is not None:
+            yield rows
 
 
 class ReadParquet:
@@ -300,9 +350,9 @@ class ReadParquet:
 
     def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         splits = _Splits(self.ranks, "row")
+        out = _Blocks()
         names = self.columns
         for batch in batches:
-            out = _ReadOutput()
             values = {name: _column(batch.column(i)) for i, name in enumerate(names)}
             files = batch.column(len(names)).to_pylist()
             starts = batch.column(len(names) + 1).to_pylist()
@@ -312,16 +362,20 @@ class ReadParquet:
                     splits.enter(file, start, row, out)
                 pos = splits.rank_base + row
                 splits.row = row + 1
+                if out.block is None:
+                    out.block = pos
                 item = {name: column[i] for name, column in values.items()
                         if column[i] is not None}
                 _parquet_item(item)
                 _route(item, pos, splits, out, orjson.dumps(item, default=str).decode())
-            if out.pos:
-                yield out.batch()
-        out = _ReadOutput()
+            out.close_block()
+            batch_rows = out.batch()
+            if batch_rows is not None:
+                yield batch_rows
         splits.close(out)
-        if out.pos:
-            yield out.batch()
+        batch_rows = out.batch()
+        if batch_rows is not None:
+            yield batch_rows
 
 
 def _column(array: pa.Array) -> list[Any]:

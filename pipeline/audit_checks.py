@@ -27,17 +27,13 @@ def _describe(archive: Archive, row: Any) -> str:
             f"@{row['offset']} ts {row['ts']} identity {row['identity']!r}")
 
 
-def check_outcomes(archive: Archive, triggers: TriggerSet, inputs: Any, journal: Any,
+def check_outcomes(archive: Archive, triggers: TriggerSet, by_key: Any, journal: Any,
                    final_now: float | None, result: AuditResult, limit: int) -> None:
     """Check 1: one terminal outcome per (record, trigger), with the allowed exceptions."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    by_key = inputs.groupBy(*KEY).agg(
-        F.count("*").alias("n"), F.min("pos").alias("pos"), F.first("targets").alias("targets"),
-        F.first("identity").alias("identity"), F.first("activation").alias("activation"),
-        F.first("where").alias("where"), F.first("topic").alias("topic"),
-        F.first("partition").alias("partition"), F.first("offset").alias("offset"),
-        F.first("ts").alias("ts"))
+    keep = StorageLevel.MEMORY_AND_DISK
     terminal = F.col("outcome").isin(*sorted(J.TERMINAL))
     per_trigger = journal.groupBy(*KEY, "trigger").agg(
         F.sum(F.when(terminal, 1).otherwise(0)).alias("terms"),
@@ -51,74 +47,85 @@ def check_outcomes(archive: Archive, triggers: TriggerSet, inputs: Any, journal:
                 .join(per_trigger.where(F.col("trigger").isNotNull()),
                       [*KEY, "trigger"], "left")
                 .join(at_ingress, list(KEY), "left")
-                .fillna(0, ["terms", "pend", "ingress"]))
+                .fillna(0, ["terms", "pend", "ingress"])).persist(keep)
     # A join still open at the end: its unfinished members' first time + the time-out
     # has not passed the last record's time (expiry needs deadline < time).
     timeouts = {t.name: t.join_timeout for t in triggers.triggers if t.needs_activation}
-    waiting = expected.where((F.col("pend") > 0) & (F.col("terms") == 0)
-                             & F.col("trigger").isin(*timeouts) if timeouts else F.lit(False))
-    open_joins = waiting.groupBy("trigger", "activation").agg(F.min("ts").alias("first"))
     open_rows = []
-    for row in open_joins.collect():
-        timeout = timeouts[row["trigger"]]
-        if timeout is None or final_now is None or row["first"] + timeout >= final_now:
-            open_rows.append((row["trigger"], row["activation"]))
-    spark = inputs.sparkSession
-    open_frame = spark.createDataFrame(open_rows or [("", "")],
-                                       "trigger string, activation string")
-    cutoff_expr = F.lit(None).cast("long")
+    if timeouts:
+        waiting = expected.where((F.col("pend") > 0) & (F.col("terms") == 0)
+                                 & F.col("trigger").isin(*timeouts))
+        for row in (waiting.groupBy("trigger", "activation")
+                    .agg(F.min("ts").alias("first")).collect()):
+            timeout = timeouts[row["trigger"]]
+            if timeout is None or final_now is None or row["first"] + timeout >= final_now:
+                open_rows.append((row["trigger"], row["activation"], True))
+    open_frame = by_key.sparkSession.createDataFrame(
+        open_rows or [("", "", True)], "trigger string, activation string, open boolean")
+    cutoff = F.lit(None).cast("long")
     for name, pos in cutoffs.items():
-        cutoff_expr = F.when(F.col("trigger") == name, F.lit(pos)).otherwise(cutoff_expr)
-    checked = (expected.join(open_frame.withColumn("open", F.lit(True)),
-                             ["trigger", "activation"], "left")
-               .withColumn("held", F.coalesce(F.col("pos") >= cutoff_expr, F.lit(False)))
+        cutoff = F.when(F.col("trigger") == name, F.lit(pos)).otherwise(cutoff)
+    checked = (expected.join(F.broadcast(open_frame), ["trigger", "activation"], "left")
+               .withColumn("held", F.coalesce(F.col("pos") >= cutoff, F.lit(False)))
                .withColumn("waiting", F.coalesce("open", F.lit(False))
                            & (F.col("pend") > 0) & (F.col("terms") == 0))
                .withColumn("covered", F.col("terms") + F.col("ingress")))
-    stats = checked.agg(
-        F.sum(F.when(F.col("held") & (F.col("covered") < F.col("n")), 1).otherwise(0)),
-        F.sum(F.when(F.col("waiting") & ~F.col("held"), 1).otherwise(0))).first()
+    short = F.col("covered") < F.col("n")
+    stats = checked.agg(F.sum(F.when(F.col("held") & short, 1).otherwise(0)),
+                        F.sum(F.when(F.col("waiting") & ~F.col("held"), 1).otherwise(0))).first()
     result.exempt_held, result.exempt_pending = int(stats[0] or 0), int(stats[1] or 0)
-    missing = checked.where((F.col("covered") < F.col("n")) & ~F.col("held")
-                            & ~F.col("waiting"))
-    extra = checked.where(F.col("covered") > F.col("n"))
-    ingress_only = (by_key.where(F.size("targets") == 0).join(at_ingress, list(KEY), "left")
-                    .fillna(0, ["ingress"]))
-    unknown = journal.join(by_key, list(KEY), "left_anti")
-    for frame, check, text in (
-        (missing, "terminal", "has no terminal outcome for trigger {trigger!r}{pending}"),
-        (extra, "terminal", "has {covered} terminal outcomes for trigger {trigger!r} "
-                            "(expected {n})"),
-    ):
-        result.violation_count += frame.count()
-        for row in frame.orderBy("pos").limit(limit).collect():
-            pending = (f" (it waits in a join whose deadline passed: {row['pend']} "
-                       f"join-pending)") if row["pend"] else ""
-            message = f"{_describe(archive, row)} " + text.format(
-                trigger=row["trigger"], covered=row["covered"], n=row["n"], pending=pending)
-            result.violations.append(Violation(check, row["trigger"], message, row["pos"]))
-    for frame, text in (
-        (ingress_only.where(F.col("ingress") < F.col("n")),
-         "has no terminal outcome (no trigger takes it, so ingress must reject it)"),
-        (ingress_only.where(F.col("ingress") > F.col("n")),
-         "has more than one terminal outcome at ingress"),
-    ):
-        result.violation_count += frame.count()
-        for row in frame.orderBy("pos").limit(limit).collect():
-            result.violations.append(Violation("terminal", None,
-                                               f"{_describe(archive, row)} {text}",
-                                               row["pos"]))
-    count = unknown.count()
-    result.violation_count += count
-    for row in unknown.limit(limit).collect():
-        result.violations.append(Violation(
-            "terminal", row["trigger"],
-            f"journal record {row['outcome']} for trigger {row['trigger']!r}, identity "
-            f"{row['identity']!r} names {row['topic']}/{row['partition']}@{row['offset']} "
-            f"ts {row['ts']}, which is not in the archive"))
+    columns = ["pos", "trigger", "topic", "partition", "offset", "ts", "identity", "where",
+               "n", "covered", "pend", "outcome", "problem"]
+    for_triggers = checked.select(
+        "*", F.lit(None).cast("string").alias("outcome"),
+        F.when(short & ~F.col("held") & ~F.col("waiting"), "missing")
+        .when(F.col("covered") > F.col("n"), "extra").alias("problem"))
+    at_ingress_only = (by_key.where(F.size("targets") == 0).join(at_ingress, list(KEY), "left")
+                       .fillna(0, ["ingress"])
+                       .select("*", F.lit(None).cast("string").alias("trigger"),
+                               F.col("ingress").alias("covered"), F.lit(0).alias("pend"),
+                               F.lit(None).cast("string").alias("outcome"),
+                               F.when(F.col("ingress") < F.col("n"), "missing-ingress")
+                               .when(F.col("ingress") > F.col("n"), "extra-ingress")
+                               .alias("problem")))
+    unknown = (journal.join(by_key.select(*KEY), list(KEY), "left_anti")
+               .select("*", F.lit(None).cast("long").alias("pos"),
+                       F.lit(None).cast("string").alias("where"), F.lit(0).alias("n"),
+                       F.lit(0).alias("covered"), F.lit(0).alias("pend"),
+                       F.lit("unknown").alias("problem")))
+    problems = (for_triggers.select(*columns).unionByName(at_ingress_only.select(*columns))
+                .unionByName(unknown.select(*columns)).where(F.col("problem").isNotNull())
+                .persist(keep))
+    try:
+        result.violation_count += problems.count()
+        for row in problems.orderBy(F.col("pos").asc_nulls_last()).limit(limit).collect():
+            result.violations.append(Violation("terminal", row["trigger"],
+                                               _problem(archive, row), row["pos"]))
+    finally:
+        for frame in (problems, expected):
+            frame.unpersist()
 
 
-def check_runs(archive: Archive, triggers: TriggerSet, inputs: Any, journal: Any,
+def _problem(archive: Archive, row: Any) -> str:
+    problem = row["problem"]
+    if problem == "unknown":
+        return (f"journal record {row['outcome']} for trigger {row['trigger']!r}, identity "
+                f"{row['identity']!r} names {row['topic']}/{row['partition']}"
+                f"@{row['offset']} ts {row['ts']}, which is not in the archive")
+    where = _describe(archive, row)
+    if problem == "missing":
+        late = (f" (it waits in a join whose deadline had passed: {row['pend']} "
+                f"join-pending)") if row["pend"] else ""
+        return f"{where} has no terminal outcome for trigger {row['trigger']!r}{late}"
+    if problem == "extra":
+        return (f"{where} has {row['covered']} terminal outcomes for trigger "
+                f"{row['trigger']!r} (expected {row['n']})")
+    if problem == "missing-ingress":
+        return f"{where} has no terminal outcome (no trigger takes it, so ingress must reject it)"
+    return f"{where} has {row['covered']} terminal outcomes at ingress (expected {row['n']})"
+
+
+def check_runs(archive: Archive, triggers: TriggerSet, by_key: Any, journal: Any,
                result: AuditResult, limit: int) -> None:
     """Check 2: no service ran twice for one history key within the history TTL."""
     from pyspark.sql import functions as F
@@ -127,7 +134,7 @@ def check_runs(archive: Archive, triggers: TriggerSet, inputs: Any, journal: Any
     if not promised:
         return
     joins = [name for name, t in promised.items() if t.routes_by_activation]
-    positions = inputs.groupBy(*KEY).agg(F.min("pos").alias("pos"))
+    positions = by_key.select(*KEY, "pos")
     runs = (journal.where(F.col("outcome").isin(*RAN) & F.col("trigger").isin(*promised)
                           & (F.length("identity") <= MAX_IDENTITY_LENGTH))
             .join(positions, list(KEY), "left")

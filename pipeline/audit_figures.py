@@ -13,7 +13,7 @@ TIME_BUCKETS = 40
 INGRESS = "(ingress)"
 
 
-def gather_figures(triggers: TriggerSet, inputs: Any, journal: Any, result: AuditResult,
+def gather_figures(triggers: TriggerSet, by_key: Any, journal: Any, result: AuditResult,
                    limit: int) -> None:
     """Counts by trigger and outcome, in-doubt and error documents, and chart data."""
     from pyspark.sql import Window
@@ -48,7 +48,7 @@ def gather_figures(triggers: TriggerSet, inputs: Any, journal: Any, result: Audi
     # (or error) records, in file order, come in groups of that many per activation.
     arity = {t.name: t.join_arity for t in triggers.triggers if t.kind == ALL}
     if arity:
-        positions = inputs.groupBy(*KEY).agg(F.min("pos").alias("pos"))
+        positions = by_key.select(*KEY, "pos")
         size = F.lit(1)
         for name, count in arity.items():
             size = F.when(F.col("trigger") == name, F.lit(count)).otherwise(size)

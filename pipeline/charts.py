@@ -51,7 +51,7 @@ def _frame(width: int, height: int, body: list[str], title: str, kind: str) -> s
 def stacked_columns(title: str, starts: list[float], series: dict[str, list[int]],
                     width: int = 640, height: int = 220) -> str:
     """Columns over time buckets, each stacked by outcome, with a legend."""
-    left, right, top, bottom = 48, 130, 12, 32
+    left, right, top, bottom = 48, 190, 12, 32
     plot_w, plot_h = width - left - right, height - top - bottom
     buckets = len(starts)
     totals = [sum(values[i] for values in series.values()) for i in range(buckets)]

@@ -87,6 +87,10 @@ def run_spark_command(args: argparse.Namespace) -> int:
     seeds: list[HistorySeed] = []
     if getattr(args, "history", None):
         seeds = list(read_history(Path(args.history), {t.name for t in triggers.triggers}))
+    from pyspark.sql import SparkSession
+
+    # A session someone else started (a notebook, a test run) is used and left running.
+    started_here = SparkSession.getActiveSession() is None
     spark = _session(args)
     try:
         return _run(spark, args, triggers, base_dir, seeds)
@@ -99,7 +103,8 @@ def run_spark_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     finally:
-        spark.stop()
+        if started_here:
+            spark.stop()
 
 
 def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: str,

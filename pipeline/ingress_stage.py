@@ -14,6 +14,7 @@ import marshal
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -27,14 +28,13 @@ from onceflow.processor import Output
 from onceflow.scenario import parse_record_line
 from onceflow.triggers import TriggerDef, TriggerSet
 
+from .archive import RANK_SHIFT
 from .rows import (
-    FINAL,
-    MALFORMED,
-    RECORD,
+    RECORDS,
     ROUTED_SCHEMA,
     SUMMARY,
-    encode_document,
-    encode_final,
+    document_fields,
+    final_fields,
     paused_gc,
 )
 
@@ -73,17 +73,11 @@ class _RoutedOutput:
     __slots__ = ("columns",)
 
     def __init__(self) -> None:
-        self.columns: tuple[list[Any], ...] = ([], [], [], [], [], [])
+        self.columns: tuple[list[Any], ...] = ([], [], [], [])
 
-    def add(self, kind: int, vpart: int, pos: int, trigger: int, w: float | None,
-            data: bytes) -> None:
-        kinds, vparts, positions, triggers, ws, datas = self.columns
-        kinds.append(kind)
-        vparts.append(vpart)
-        positions.append(pos)
-        triggers.append(trigger)
-        ws.append(w)
-        datas.append(data)
+    def add(self, kind: int, vpart: int, block: int, data: bytes) -> None:
+        for column, value in zip(self.columns, (kind, vpart, block, data), strict=True):
+            column.append(value)
 
     def __len__(self) -> int:
         return len(self.columns[0])
@@ -91,100 +85,141 @@ class _RoutedOutput:
     def batch(self) -> pa.RecordBatch:
         arrays = [pa.array(column, type=field.type)
                   for column, field in zip(self.columns, ROUTED_SCHEMA, strict=True)]
-        self.columns = ([], [], [], [], [], [])
+        self.columns = ([], [], [], [])
         return pa.RecordBatch.from_arrays(arrays, schema=ROUTED_SCHEMA)
 
 
 class IngressStage:
     """mapInArrow function: READ_SCHEMA rows in, ROUTED_SCHEMA rows out."""
 
-    def __init__(self, triggers: TriggerSet, slots: Slots) -> None:
+    def __init__(self, triggers: TriggerSet, slots: Slots, files: tuple[str, ...] = ()) -> None:
         self.triggers = triggers
         self.slots = slots
+        self.files = files
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Admit every record of this task's topic-partitions, in position order."""
         with paused_gc():
-            yield from self._run(batches)
+            yield from _IngressTask(self.triggers, self.slots, self.files).run(batches)
 
-    def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+
+class _IngressTask:
+    """One task's ingress state and its routing to the trigger stage."""
+
+    def __init__(self, triggers: TriggerSet, slots: Slots, files: tuple[str, ...]) -> None:
+        self.files = files
         state = MemoryState()
-        ingress = Ingress(self.triggers, state.progress, state.id_store)
-        slots = self.slots
-        table = slots.table
-        size = len(table)
+        self.ingress = Ingress(triggers, state.progress, state.id_store)
+        self.slots = slots
         # Slots.of and routing_key, unrolled for the hot loop: crc32 continues from the
         # trigger's prefix, which is crc32 of the concatenation.
-        routes = {t.name: (i, t.routes_by_activation, zlib.crc32((t.name + "\x1f").encode()))
-                  for i, t in enumerate(self.triggers.triggers)}
-        crc32 = zlib.crc32
-        highest: dict[tuple[str, int], int] = {}
-        first_value: dict[tuple[str, int, int], Any] = {}
-        summaries: list[tuple[int, float]] = []
-        out = _RoutedOutput()
-        journal: list[JournalRecord] = []
+        self.routes = {t.name: (i, t.routes_by_activation,
+                                zlib.crc32((t.name + "\x1f").encode()))
+                       for i, t in enumerate(triggers.triggers)}
+        self.highest: dict[tuple[str, int], int] = {}
+        self.first_value: dict[tuple[str, int, int], Any] = {}
+        self.out = _RoutedOutput()
+
+    def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Rows sorted by (kind, block): summaries, then blocks, then malformed lines."""
         loads = marshal.loads
-
-        def final(item: JournalRecord | Output, pos: int) -> None:
-            out.add(FINAL, table[pos % size], pos, -1, None, encode_final(item))
-
+        summaries: list[tuple[int, float]] = []
+        block: int | None = None
+        entries: list[tuple[int, float, Any]] = []
         for batch in batches:
             kinds = batch.column(0).to_pylist()
-            positions = batch.column(1).to_pylist()
-            ws = batch.column(4).to_pylist()
-            datas = batch.column(5).to_pylist()
-            for kind, pos, w, data in zip(kinds, positions, ws, datas, strict=True):
-                if summaries and kind != SUMMARY:
-                    self._replicate(summaries, out)
-                if kind == RECORD:
-                    try:
-                        record = parse_record_line(loads(data), highest, first_value)
-                    except ScenarioError as exc:
-                        self._malformed(f"position {pos}", str(exc), None, pos, final)
-                        continue
-                    document, targets, rejected = ingress.admit_into(record, pos, journal)
-                    if journal:
-                        for item in journal:
-                            final(item, pos)
-                        journal.clear()
-                    if document is not None:
-                        encoded = encode_document(document)
-                        activation = document.activation
-                        for trigger in targets:
-                            index, by_activation, prefix = routes[trigger.name]
-                            key = (activation if by_activation and activation is not None
-                                   else document.identity)
-                            vpart = table[crc32(key.encode("utf-8", "surrogatepass"), prefix)
-                                          % size]
-                            out.add(RECORD, vpart, pos, index, w, encoded)
-                    elif rejected is not None:
-                        final(dead_letter(record, rejected), pos)
-                elif kind == SUMMARY:
-                    summaries.append((pos, w))
+            blocks = batch.column(1).to_pylist()
+            datas = batch.column(4).to_pylist()
+            for kind, row_block, data in zip(kinds, blocks, datas, strict=True):
+                if kind == SUMMARY:
+                    summaries.append((row_block, loads(data)))
+                    continue
+                if summaries:
+                    self._replicate(summaries)
+                if row_block != block or kind != RECORDS:
+                    if entries:
+                        self._block(block, entries)
+                    block, entries = row_block, []
+                if kind == RECORDS:
+                    entries.extend(loads(data))
                 else:
-                    assert kind == MALFORMED
-                    where, reason, text = loads(data)
-                    self._malformed(where, reason, text, pos, final)
-            if len(out):
-                yield out.batch()
+                    for pos, where, reason, text in loads(data):
+                        self._malformed(where, reason, text, pos, row_block)
+            if len(self.out):
+                yield self.out.batch()
         if summaries:
-            self._replicate(summaries, out)
-        if len(out):
-            yield out.batch()
+            self._replicate(summaries)
+        if entries:
+            self._block(block, entries)
+        if len(self.out):
+            yield self.out.batch()
 
-    def _replicate(self, summaries: list[tuple[int, float]], out: _RoutedOutput) -> None:
+    def _block(self, block: Any, entries: list[tuple[int, float, Any]]) -> None:
+        """Admit one block's records in position order; route documents by vpart."""
+        entries.sort(key=itemgetter(0))  # sorted pieces: timsort merges the runs
+        table = self.slots.table
+        size = len(table)
+        routes = self.routes
+        crc32 = zlib.crc32
+        ingress = self.ingress
+        highest, first_value = self.highest, self.first_value
+        journal: list[JournalRecord] = []
+        by_vpart: dict[int, list[tuple[int, int, float | None, Any]]] = {}
+        for pos, w, item in entries:
+            try:
+                record = parse_record_line(item, highest, first_value)
+            except ScenarioError as exc:
+                self._malformed(self._where(pos), str(exc), None, pos, block, by_vpart)
+                continue
+            document, targets, rejected = ingress.admit_into(record, pos, journal)
+            if journal:
+                for made in journal:
+                    by_vpart.setdefault(table[pos % size], []).append(
+                        (pos, -1, None, final_fields(made)))
+                journal.clear()
+            if document is not None:
+                fields = document_fields(document)
+                activation = document.activation
+                for trigger in targets:
+                    index, by_activation, prefix = routes[trigger.name]
+                    key = (activation if by_activation and activation is not None
+                           else document.identity)
+                    vpart = table[crc32(key.encode("utf-8", "surrogatepass"), prefix) % size]
+                    group = by_vpart.get(vpart)
+                    if group is None:
+                        group = by_vpart[vpart] = []
+                    group.append((pos, index, w, fields))
+            elif rejected is not None:
+                by_vpart.setdefault(table[pos % size], []).append(
+                    (pos, -1, None, final_fields(dead_letter(record, rejected))))
+        for vpart, items in by_vpart.items():
+            self.out.add(RECORDS, vpart, block, marshal.dumps(items))
+
+    def _where(self, pos: int) -> str:
+        rank = pos >> RANK_SHIFT
+        file = self.files[rank] if rank < len(self.files) else "the archive"
+        return f"{file} at position {pos & ((1 << RANK_SHIFT) - 1)}"
+
+    def _replicate(self, summaries: list[tuple[int, float]]) -> None:
         # Every task of the trigger stage needs every split's newest time.
         data = marshal.dumps(summaries)
         for vpart in self.slots.replicas:
-            out.add(SUMMARY, vpart, -1, -1, None, data)
+            self.out.add(SUMMARY, vpart, -1, data)
         summaries.clear()
 
-    @staticmethod
-    def _malformed(where: str, reason: str, text: str | None, pos: int, final: Any) -> None:
+    def _malformed(self, where: str, reason: str, text: str | None, pos: int, block: int,
+                   by_vpart: dict[int, list[Any]] | None = None) -> None:
         # A line that is not a record gets a terminal outcome and a dead letter, like a
         # record rejected at ingress: the pipeline reports it and goes on.
         why = f"not a record: {reason}"
-        final(JournalRecord(None, J.BAD_INPUT, where, None, None, None, None, None, why,
-                            None, pos), pos)
-        body = {"reason": why, "where": where, "raw": text}
-        final(Output(DEAD_LETTER_TOPIC, None, body, {"reason": why}), pos)
+        items = [(pos, -1, None, final_fields(JournalRecord(
+                     None, J.BAD_INPUT, where, None, None, None, None, None, why, None, pos))),
+                 (pos, -1, None, final_fields(Output(
+                     DEAD_LETTER_TOPIC, None, {"reason": why, "where": where, "raw": text},
+                     {"reason": why})))]
+        vpart = self.slots.table[pos % len(self.slots.table)]
+        if by_vpart is not None:
+            by_vpart.setdefault(vpart, []).extend(items)
+        else:
+            self.out.add(RECORDS, vpart, block, marshal.dumps(items))
+

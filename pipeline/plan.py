@@ -68,9 +68,9 @@ def build(spark: Any, archive: Archive, plan: ReplayPlan) -> Any:
     slots = make_slots(spark, partitions)
     records = read_records(spark, archive)
     routed = (records.repartition(partitions, "topic", "partition")
-              .sortWithinPartitions("kind", "pos")
-              .mapInArrow(IngressStage(plan.triggers, slots), ROUTED_DDL))
+              .sortWithinPartitions("kind", "block")
+              .mapInArrow(IngressStage(plan.triggers, slots, archive.files), ROUTED_DDL))
     return (routed.repartition(partitions, "vpart")
-            .sortWithinPartitions("kind", "pos")
+            .sortWithinPartitions("kind", "block")
             .mapInArrow(TriggerStage(plan.triggers, plan.base_dir, plan.seeds, plan.cutoffs),
                         RESULT_DDL))

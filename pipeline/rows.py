@@ -7,10 +7,17 @@ Three Python stages run inside one Spark job:
 2. *ingress*: per (topic, partition), in position order: the core's Ingress;
 3. *triggers*: per (trigger, routing key), in position order: the core's Engine.
 
-Payloads between stages are `marshal`-encoded plain values (the Python interpreter is
-the same on both sides of a shuffle, and marshal is several times faster than JSON for
-dicts of strings and numbers).  Nothing here decides anything: it only moves the core's
-own objects (records, documents, journal records, outputs) across the shuffles.
+Records travel in *blocks*: a block is a run of consecutive records of one split (one
+Arrow batch of the read stage at most), named by its first position.  Blocks never
+overlap, so sorting by block and then by position inside a block gives file order.  A
+row carries one block's records for one topic-partition (read -> ingress) or for one
+vpart (ingress -> triggers), so the shuffles and sorts move thousands of rows, not
+millions, and each stage merges the pieces of a block back into position order.
+
+Payloads are `marshal`-encoded plain values (the same interpreter runs on both sides of
+a shuffle, and marshal is several times faster than JSON for dicts of strings and
+numbers).  Nothing here decides anything: it only moves the core's own objects (records,
+documents, journal records, outputs) across the shuffles.
 """
 
 from __future__ import annotations
@@ -29,31 +36,30 @@ from onceflow.processor import Output
 
 # Row kinds, in the order a stage wants to see them (summaries before records).
 SUMMARY = 0
-RECORD = 1
+RECORDS = 1
 MALFORMED = 2
-FINAL = 2  # between ingress and triggers: a journal record or output, passed through
 
-# read -> ingress (shuffled by topic, partition).
+# read -> ingress (shuffled by topic, partition).  data: SUMMARY marshal(newest time),
+# RECORDS marshal([(pos, w, parsed line)]), MALFORMED marshal([(pos, where, why, text)]).
 READ_SCHEMA = pa.schema([
     ("kind", pa.int8()),
-    ("pos", pa.int64()),
+    ("block", pa.int64()),
     ("topic", pa.string()),
     ("partition", pa.int32()),
-    ("w", pa.float64()),
     ("data", pa.binary()),
 ])
-READ_DDL = "kind byte, pos long, topic string, partition int, w double, data binary"
+READ_DDL = "kind byte, block long, topic string, partition int, data binary"
 
-# ingress -> triggers (shuffled by vpart).
+# ingress -> triggers (shuffled by vpart).  data: SUMMARY marshal([(split, newest time)]),
+# RECORDS marshal([(pos, trigger index, w, document fields)]) where a trigger index of -1
+# marks a journal record or output made at ingress, passed through (final fields).
 ROUTED_SCHEMA = pa.schema([
     ("kind", pa.int8()),
     ("vpart", pa.int32()),
-    ("pos", pa.int64()),
-    ("trigger", pa.int32()),
-    ("w", pa.float64()),
+    ("block", pa.int64()),
     ("data", pa.binary()),
 ])
-ROUTED_DDL = "kind byte, vpart int, pos long, trigger int, w double, data binary"
+ROUTED_DDL = "kind byte, vpart int, block long, data binary"
 
 # What the pipeline writes: journal records and published documents.
 JOURNAL = "journal"
@@ -96,37 +102,31 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
-def encode_document(doc: Document) -> bytes:
-    """A document as bytes for the shuffle to the trigger stage."""
-    return marshal.dumps((doc.type, doc.identity, doc.activation, doc.envelope, doc.ts,
-                          doc.topic, doc.partition, doc.offset, doc.message_id,
-                          doc.delivery_count, doc.key, doc.headers, doc.position))
+def document_fields(doc: Document) -> tuple[Any, ...]:
+    """A document as plain values for the shuffle to the trigger stage."""
+    return (doc.type, doc.identity, doc.activation, doc.envelope, doc.ts, doc.topic,
+            doc.partition, doc.offset, doc.message_id, doc.delivery_count, doc.key,
+            doc.headers, doc.position)
 
 
-def decode_document(data: bytes) -> Document:
-    """Inverse of encode_document."""
-    return Document(*marshal.loads(data))
-
-
-def encode_final(item: JournalRecord | Output) -> bytes:
+def final_fields(item: JournalRecord | Output) -> tuple[Any, ...]:
     """A journal record or output made at ingress, passed through the trigger stage."""
     if isinstance(item, JournalRecord):
-        return marshal.dumps((0, item.trigger, item.outcome, item.identity, item.activation,
-                              item.ts, item.topic, item.partition, item.offset, item.reason,
-                              item.attempt, item.position))
-    return marshal.dumps((1, item.topic, item.key, _plain(item.value), item.headers))
+        return (0, item.trigger, item.outcome, item.identity, item.activation, item.ts,
+                item.topic, item.partition, item.offset, item.reason, item.attempt,
+                item.position)
+    return (1, item.topic, item.key, _plain(item.value), item.headers)
 
 
-def decode_final(data: bytes) -> JournalRecord | Output:
-    """Inverse of encode_final."""
-    fields = marshal.loads(data)
+def final_of(fields: tuple[Any, ...]) -> JournalRecord | Output:
+    """Inverse of final_fields."""
     if fields[0] == 0:
         return JournalRecord(*fields[1:])
     return Output(*fields[1:])
 
 
 def _plain(value: Any) -> Any:
-    # Dead letters carry decoded JSON; anything else marshal cannot take goes as JSON text.
+    # Dead letters carry decoded JSON; anything marshal cannot take goes through JSON.
     try:
         marshal.dumps(value)
     except ValueError:

@@ -69,6 +69,10 @@ def build_session(
                .config("spark.sql.adaptive.enabled", "false")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.python.worker.reuse", "true"))
+    if shuffle_partitions is None and local and not submitted:
+        # A few tasks per core: the default of 200 tiny tasks costs more than it shares.
+        cores = _local_cores(master or "local[*]")
+        shuffle_partitions = 2 * cores
     if shuffle_partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     for key, value in conf:
@@ -77,6 +81,17 @@ def build_session(
     if quiet:
         spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _local_cores(master: str) -> int:
+    inside = master[master.find("[") + 1:master.find("]")] if "[" in master else "1"
+    inside = inside.split(",")[0]
+    if inside == "*":
+        return os.cpu_count() or 1
+    try:
+        return max(1, int(inside))
+    except ValueError:
+        return os.cpu_count() or 1
 
 
 class Progress:

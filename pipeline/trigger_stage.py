@@ -19,8 +19,11 @@ them apart exactly as separate engines would.
 from __future__ import annotations
 
 import marshal
+from bisect import bisect_right
 from collections.abc import Iterator
+from operator import itemgetter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from onceflow.engine import Engine
@@ -30,14 +33,7 @@ from onceflow.processor import Sink
 from onceflow.scenario import HistorySeed
 from onceflow.triggers import TriggerSet
 
-from .rows import (
-    RECORD,
-    SUMMARY,
-    ResultBuilder,
-    decode_document,
-    decode_final,
-    paused_gc,
-)
+from .rows import SUMMARY, ResultBuilder, final_of, paused_gc
 
 BATCH_ROWS = 10_000
 NO_CUTOFF = float("inf")
@@ -88,62 +84,85 @@ class TriggerStage:
         for seed in self.seeds:
             engine.seed_history(seed.trigger, seed.identity, seed.status, seed.ts,
                                 seed.failed, seed.activation)
-        names = [t.name for t in self.triggers.triggers]
-        cutoffs = [self.cutoffs.get(name, NO_CUTOFF) for name in names]
-        times = SplitTimes()
-        held: list[tuple[str, Document]] = []
-        out = ResultBuilder()
-        sink = Sink()
-        split = -1  # index into times.starts of the split of the last document
-        next_start = float("-inf")
-        earlier = float("-inf")
-        expire_due = engine.expire_due
-        run_document = engine.run_document
+        task = _TriggerTask(engine, [t.name for t in self.triggers.triggers], self.cutoffs)
+        loads = marshal.loads
+        block: int | None = None
+        entries: list[tuple[int, int, float | None, Any]] = []
         for batch in batches:
             kinds = batch.column(0).to_pylist()
-            positions = batch.column(2).to_pylist()
-            indexes = batch.column(3).to_pylist()
-            ws = batch.column(4).to_pylist()
-            datas = batch.column(5).to_pylist()
-            for kind, pos, index, w, data in zip(kinds, positions, indexes, ws, datas,
-                                                 strict=True):
-                if kind == RECORD:
-                    # Documents come in position order, so the split only moves forward.
-                    if pos >= next_start:
-                        starts = times.starts
-                        while split + 1 < len(starts) and starts[split + 1] <= pos:
-                            split += 1
-                        earlier = times.before[split] if split >= 0 else float("-inf")
-                        next_start = (starts[split + 1] if split + 1 < len(starts)
-                                      else float("inf"))
-                    expire_due(earlier if earlier > w else w, sink)
-                    if pos > cutoffs[index]:
-                        held.append((names[index], decode_document(data)))
-                        continue
-                    run_document(names[index], decode_document(data), sink)
-                elif kind == SUMMARY:
-                    times.add(marshal.loads(data))
-                    split, next_start = -1, float("-inf")
-                else:
-                    item = decode_final(data)
-                    if isinstance(item, JournalRecord):
-                        out.journal([item])
-                    else:
-                        out.outputs([item])
-            self._drain(sink, out)
-            if len(out) >= BATCH_ROWS:
-                yield out.batch()
-        if times.end is not None:
-            expire_due(times.end, sink)
-        self._drain(sink, out)
-        for name, documents in engine.held.items():
-            held.extend((name, document) for document in documents)
-        out.held(held)
-        if len(out):
-            yield out.batch()
+            blocks = batch.column(2).to_pylist()
+            datas = batch.column(3).to_pylist()
+            for kind, row_block, data in zip(kinds, blocks, datas, strict=True):
+                if kind == SUMMARY:
+                    task.times.add(loads(data))
+                    continue
+                if row_block != block:
+                    if entries:
+                        task.block(entries)
+                    block, entries = row_block, []
+                entries.extend(loads(data))
+            if len(task.out) >= BATCH_ROWS:
+                yield task.out.batch()
+        if entries:
+            task.block(entries)
+        yield from task.finish()
 
-    @staticmethod
-    def _drain(sink: Sink, out: ResultBuilder) -> None:
+
+class _TriggerTask:
+    """One task's engine, partition time, suspension cut-offs and output."""
+
+    def __init__(self, engine: Engine, names: list[str], cutoffs: dict[str, int]) -> None:
+        self.engine = engine
+        self.names = names
+        self.cutoffs = [cutoffs.get(name, NO_CUTOFF) for name in names]
+        self.times = SplitTimes()
+        self.held: list[tuple[str, Document]] = []
+        self.out = ResultBuilder()
+        self.sink = Sink()
+
+    def block(self, entries: list[tuple[int, int, float | None, Any]]) -> None:
+        """Run one block's documents in position order (pieces merged by a stable sort)."""
+        entries.sort(key=itemgetter(0))
+        times = self.times
+        starts, before = times.starts, times.before
+        engine, sink, names, cutoffs = self.engine, self.sink, self.names, self.cutoffs
+        expire_due, run_document = engine.expire_due, engine.run_document
+        next_start, earlier = float("-inf"), float("-inf")
+        for pos, index, w, fields in entries:
+            if index < 0:
+                item = final_of(fields)
+                if isinstance(item, JournalRecord):
+                    self.out.journal([item])
+                else:
+                    self.out.outputs([item])
+                continue
+            # Partition time: the newest time of earlier splits, or of this split so far.
+            if pos >= next_start:
+                split = bisect_right(starts, pos) - 1
+                earlier = before[split] if split >= 0 else float("-inf")
+                next_start = starts[split + 1] if split + 1 < len(starts) else float("inf")
+            assert w is not None
+            expire_due(earlier if earlier > w else w, sink)
+            document = Document(*fields)
+            if pos > cutoffs[index]:
+                self.held.append((names[index], document))
+                continue
+            run_document(names[index], document, sink)
+        self._drain()
+
+    def finish(self) -> Iterator[pa.RecordBatch]:
+        """Expire what the end of the input expires; report held documents."""
+        if self.times.end is not None:
+            self.engine.expire_due(self.times.end, self.sink)
+        self._drain()
+        for name, documents in self.engine.held.items():
+            self.held.extend((name, document) for document in documents)
+        self.out.held(self.held)
+        if len(self.out):
+            yield self.out.batch()
+
+    def _drain(self) -> None:
+        sink, out = self.sink, self.out
         if sink.journal:
             out.journal(sink.journal)
             sink.journal = []

@@ -1,0 +1,103 @@
+"""Benchmark: `onceflow spark replay` on local[2] against `onceflow replay`, same input.
+
+Generates 1,000,000 documents (bench/generate.py: 10% resends, half of them in AND/XOR
+joins over 3 types, 1% bad input), runs both commands in this run, and prints:
+
+- the Spark rate end to end (the whole command: JVM start, the job, writing the journal as
+  Parquet and JSON lines and the documents, stopping Spark) and within the job (the
+  pipeline's own timing from summary.json: passes and exports, without the start-up);
+- the replay rate (one process, journal to a file);
+- the ratio Spark / replay, and whether the two journals are identical as multisets of
+  the five contract fields (trigger, outcome, identity, activation, ts and its type).
+
+The machine's load average is printed too: on a shared machine the rates move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generate import generate_lines, write_scenario  # noqa: E402
+
+FIELDS = ("trigger", "outcome", "identity", "activation", "ts")
+
+
+def journal_multiset(lines: list[bytes]) -> Counter[tuple[object, ...]]:
+    counts: Counter[tuple[object, ...]] = Counter()
+    for line in lines:
+        if line.strip():
+            record = orjson.loads(line)
+            counts[tuple(record[f] for f in FIELDS) + (type(record["ts"]).__name__,)] += 1
+    return counts
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process's finished children (the commands measured)."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--documents", type=int, default=1_000_000)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+    onceflow = Path(sys.executable).parent / "onceflow"
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_scenario(Path(tmp) / "scenario", generate_lines(args.documents))
+        output = Path(tmp) / "spark-out"
+        load_before = os.getloadavg()[0]
+        cpu = cpu_seconds()
+        start = time.perf_counter()
+        subprocess.run([str(onceflow), "spark", "replay", "--master", args.master,
+                        "--triggers", str(folder / "triggers.toml"),
+                        "--input", str(folder / "input.jsonl"), "--output", str(output),
+                        "--quiet"], check=True, stdout=subprocess.DEVNULL)
+        spark_wall = time.perf_counter() - start
+        spark_cpu_driver = cpu_seconds() - cpu
+        summary = orjson.loads((output / "summary.json").read_bytes())
+        spark_job = summary["seconds"]
+        spark_lines = b"".join(p.read_bytes() for p in
+                               sorted((output / "journal.jsonl").glob("part-*"))).split(b"\n")
+
+        journal = Path(tmp) / "replay.jsonl"
+        start = time.perf_counter()
+        with journal.open("wb") as out:
+            subprocess.run([str(onceflow), "replay", str(folder)], stdout=out, check=True)
+        replay_wall = time.perf_counter() - start
+        load_after = os.getloadavg()[0]
+        replay_lines = journal.read_bytes().split(b"\n")
+        identical = journal_multiset(spark_lines) == journal_multiset(replay_lines)
+
+    n = args.documents
+    spark_rate, job_rate, replay_rate = n / spark_wall, n / spark_job, n / replay_wall
+    print(f"documents                    {n:>12,}")
+    print(f"journal records (spark)      {sum(1 for x in spark_lines if x.strip()):>12,}")
+    print(f"journal records (replay)     {sum(1 for x in replay_lines if x.strip()):>12,}")
+    print(f"onceflow spark replay        {spark_rate:>12,.0f} documents/s end to end "
+          f"({spark_wall:.1f} s, {args.master}, JVM start and writes included)")
+    print(f"  within the job             {job_rate:>12,.0f} documents/s ({spark_job:.1f} s: "
+          f"{summary['passes']} pass(es) and the JSON-lines exports)")
+    print(f"onceflow replay              {replay_rate:>12,.0f} documents/s "
+          f"({replay_wall:.1f} s, one process)")
+    print(f"ratio spark/replay           {spark_rate / replay_rate:>12.2f} end to end, "
+          f"{job_rate / replay_rate:.2f} within the job")
+    print(f"results identical            {'yes' if identical else 'NO'} (journal multisets)")
+    print(f"target 50,000 documents/s    end to end {'met' if spark_rate >= 50_000 else 'NOT met'}"
+          f", within the job {'met' if job_rate >= 50_000 else 'NOT met'}")
+    print(f"load average                 {load_before:.2f} before, {load_after:.2f} after "
+          f"({os.cpu_count()} cores); spark driver CPU {spark_cpu_driver:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
