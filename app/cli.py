@@ -44,6 +44,30 @@ def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ign
     broker = commands.add_parser(
         "broker", help="run the embedded broker (tansu, in memory) for development")
     broker.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1")
+    send = commands.add_parser(
+        "send", help="publish records written in the scenario record format (JSON lines)")
+    send.add_argument("file", help="a .jsonl file: {ts, topic, partition?, key?, headers?, "
+                      "value | raw}")
+    send.add_argument("--base-time", type=float, metavar="SECONDS",
+                      help="record timestamp = this + ts (default: now)")
+    for action in ("suspend", "resume"):
+        command = commands.add_parser(action, help=f"{action} a trigger on every worker "
+                                      "(needs ONCEFLOW_ADMIN_TOKEN)")
+        command.add_argument("trigger")
+        command.add_argument("--web", help="a worker's web address (default: this machine's)")
+    history = commands.add_parser("history", help="show a document's history entry")
+    history.add_argument("trigger")
+    history.add_argument("identity")
+    history.add_argument("--activation", help="for join triggers: the document's activation")
+    history.add_argument("--web", help="a worker's web address (default: this machine's)")
+    again = commands.add_parser(
+        "resubmit", help="decide in-doubt or error documents of a trigger again")
+    again.add_argument("trigger")
+    again.add_argument("--triggers", required=True, help="the triggers.toml file")
+    again.add_argument("--outcome", choices=("in-doubt", "error"), default="in-doubt")
+    again.add_argument("--identity", action="append", default=[],
+                       help="only this identity (repeat for more)")
+    again.add_argument("--dry-run", action="store_true", help="list, do not resubmit")
 
 
 def _run_worker_command(args: argparse.Namespace) -> int | None:
@@ -56,7 +80,22 @@ def _run_worker_command(args: argparse.Namespace) -> int | None:
         from onceflow.app.broker import run_broker
 
         return run_broker(args.port)
-    return None
+    if args.command not in ("send", "suspend", "resume", "history", "resubmit"):
+        return None
+    from onceflow.app import ops
+    from onceflow.app.settings import WorkerSettings
+
+    settings = WorkerSettings.from_env()
+    web = getattr(args, "web", None) or settings.web_url
+    if args.command == "send":
+        return ops.send_file(args.file, settings, args.base_time)
+    if args.command in ("suspend", "resume"):
+        token = settings.admin_token.get_secret_value() if settings.admin_token else None
+        return ops.trigger_command(web, args.trigger, args.command, token)
+    if args.command == "history":
+        return ops.show_history(web, args.trigger, args.identity, args.activation)
+    return ops.resubmit(args.triggers, args.trigger, settings, outcome=args.outcome,
+                        identities=args.identity, dry_run=args.dry_run)
 
 
 def _spark_commands(commands: argparse._SubParsersAction,  # type: ignore[type-arg]
