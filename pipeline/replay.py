@@ -161,11 +161,20 @@ def replay_to_files(spark: Any, archive: Archive, plan: ReplayPlan, output: str,
     for attempt in (1, 2):
         frame = build(spark, archive, plan)
         with progress.job(f"replay pass {attempt}", STAGE_NAMES):
-            frame.write.mode("overwrite").partitionBy("dataset").parquet(files.uri(results))
+            (frame.write.mode("overwrite").partitionBy("dataset")
+             # Dictionaries do not pay for columns of unique values.
+             .option("parquet.enable.dictionary#json", "false")
+             .option("parquet.enable.dictionary#identity", "false")
+             .option("parquet.enable.dictionary#position", "false")
+             .parquet(files.uri(results)))
         journal = spark.read.parquet(files.uri(f"{results}/dataset={JOURNAL}"))
-        found = {row["trigger"]: row["first"] for row in
-                 journal.where(F.col("outcome") == SUSPENDED).groupBy("trigger")
-                 .agg(F.min("position").alias("first")).collect()}
+        with progress.job("journal counts"):
+            counts = (journal.groupBy("trigger", "outcome")
+                      .agg(F.count("*").alias("n"), F.min("position").alias("first"))
+                      .collect())
+        summary.counts = {(row["trigger"], row["outcome"]): row["n"] for row in counts}
+        found = {row["trigger"]: row["first"] for row in counts
+                 if row["outcome"] == SUSPENDED}
         if found == plan.cutoffs:
             break
         if attempt == 2:
@@ -173,9 +182,6 @@ def replay_to_files(spark: Any, archive: Archive, plan: ReplayPlan, output: str,
         plan.cutoffs = found
         summary.passes = 2
     summary.cutoffs = dict(plan.cutoffs)
-    with progress.job("journal counts"):
-        summary.counts = {(row["trigger"], row["outcome"]): row["count"] for row in
-                          journal.groupBy("trigger", "outcome").count().collect()}
     with progress.job("journal as JSON lines"):
         journal.select("json").write.mode("overwrite").text(files.uri("journal.jsonl"))
     files.remove("documents")
