@@ -249,8 +249,8 @@ def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str) -> Non
         partition = item.get("partition")
         if partition is None:
             partition = 0
-        routable = (type(ts) is int or type(ts) is float) and type(topic) is str and topic and (
-            type(partition) is int and 0 <= partition < 2**31)
+        routable = bool((type(ts) is int or type(ts) is float) and type(topic) is str and topic
+                        and type(partition) is int and 0 <= partition < 2**31)
         reason = "'partition' is out of range"
         if routable and not _looks_wrong(item):
             _add(item, ts, topic, partition, pos, splits, out)
@@ -280,7 +280,7 @@ def _looks_wrong(item: dict[str, Any]) -> bool:
             or (headers is not None and not headers and type(headers) is not dict))
 
 
-def _add(item: dict[str, Any], ts: float, topic: str, partition: int, pos: int,
+def _add(item: dict[str, Any], ts: Any, topic: Any, partition: int, pos: int,
          splits: _Splits, out: _Blocks) -> None:
     if ts > splits.high:
         splits.high = ts

@@ -164,9 +164,10 @@ def read_journal(spark: Any, path: str) -> Any:
 
 
 JOURNAL_COLUMNS = [part.split()[0] for part in JOURNAL_DDL.split(", ")]
-JOURNAL_TYPES = {"trigger": str, "outcome": str, "identity": str, "activation": str,
-                 "ts": (int, float), "topic": str, "partition": int, "offset": int,
-                 "reason": str}
+JOURNAL_TYPES: dict[str, type | tuple[type, ...]] = {
+    "trigger": str, "outcome": str, "identity": str, "activation": str, "ts": (int, float),
+    "topic": str, "partition": int, "offset": int, "reason": str,
+}
 
 
 def _journal_lines(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -36,8 +36,8 @@ def _ticks(top: float, count: int = 4) -> list[float]:
         return [0.0]
     raw = top / count
     magnitude = 10 ** math.floor(math.log10(raw))
-    step = min((m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw),
-               default=raw)
+    step: float = min((m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw),
+                      default=raw)
     return [i * step for i in range(int(top // step) + 1)]
 
 
@@ -66,7 +66,7 @@ def stacked_columns(title: str, starts: list[float], series: dict[str, list[int]
                     f"text-anchor='end' {FONT}>{_number(tick)}</text>")
     step = plot_w / max(buckets, 1)
     for i in range(buckets):
-        base = top + plot_h
+        base: float = top + plot_h
         for outcome, values in series.items():
             if values[i]:
                 h = values[i] * scale

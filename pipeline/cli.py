@@ -6,6 +6,7 @@ pyspark is imported only when one of them runs, so the rest of the CLI starts fa
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,7 @@ def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: s
 
         plan = ReplayPlan(triggers, base_dir, seeds, partitions=args.partitions)
         summary = replay_to_files(spark, archive, plan, args.output,
-                                  progress or Progress(spark, stream=_Null()))
+                                  progress or Progress(spark, stream=io.StringIO()))
         _print_summary(summary.counts, summary.held)
         print(f"{len(archive.files)} file(s), {summary.passes} pass(es), "
               f"{summary.seconds:.1f} s; results in {args.output}", file=sys.stderr)
@@ -144,14 +145,6 @@ def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: s
     print(f"audit {verdict}: {result.records} input records, {result.journal_records} "
           f"journal records; report: {args.report}")
     return 0 if result.passed else 1
-
-
-class _Null:
-    def write(self, _: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        return None
 
 
 def _print_summary(counts: dict[tuple[str | None, str], int], held: dict[str, int]) -> None:

@@ -161,12 +161,7 @@ def replay_to_files(spark: Any, archive: Archive, plan: ReplayPlan, output: str,
     for attempt in (1, 2):
         frame = build(spark, archive, plan)
         with progress.job(f"replay pass {attempt}", STAGE_NAMES):
-            (frame.write.mode("overwrite").partitionBy("dataset")
-             # Dictionaries do not pay for columns of unique values.
-             .option("parquet.enable.dictionary#json", "false")
-             .option("parquet.enable.dictionary#identity", "false")
-             .option("parquet.enable.dictionary#position", "false")
-             .parquet(files.uri(results)))
+            frame.write.mode("overwrite").partitionBy("dataset").parquet(files.uri(results))
         journal = spark.read.parquet(files.uri(f"{results}/dataset={JOURNAL}"))
         with progress.job("journal counts"):
             counts = (journal.groupBy("trigger", "outcome")
