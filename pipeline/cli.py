@@ -163,12 +163,9 @@ def replay_on_spark(path: str, *, summary: bool = False, outputs: str | None = N
 
     Prints the journal exactly as `onceflow replay` does (or its summary table).
     """
-    import orjson
-
     from .archive import list_archive
     from .plan import ReplayPlan
-    from .replay import journal_lines, replay_in_memory
-    from .rows import DOCUMENTS
+    from .replay import document_lines, journal_lines, replay_in_memory
     from .session import build_session
 
     scenario = load_scenario(path)
@@ -189,12 +186,7 @@ def replay_on_spark(path: str, *, summary: bool = False, outputs: str | None = N
     if outputs:
         folder = Path(outputs)
         folder.mkdir(parents=True, exist_ok=True)
-        by_topic: dict[str, list[bytes]] = {}
-        for row in table.to_pylist():
-            if row["dataset"] == DOCUMENTS:
-                by_topic.setdefault(row["topic"], []).append(orjson.dumps(
-                    orjson.loads(row["json"])))
-        for topic, lines in by_topic.items():
+        for topic, lines in document_lines(table).items():
             (folder / f"{topic}.jsonl").write_bytes(b"".join(line + b"\n" for line in lines))
     sys.stdout.flush()
     return 0

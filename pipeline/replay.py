@@ -102,6 +102,17 @@ def replay_in_memory(spark: Any, archive: Archive, plan: ReplayPlan,
     return table, summary
 
 
+def document_lines(table: pa.Table) -> dict[str, list[bytes]]:
+    """Published documents by topic, JSON lines, from collected result rows."""
+    out: dict[str, list[bytes]] = {}
+    for dataset, topic, text in zip(table.column("dataset").to_pylist(),
+                                    table.column("topic").to_pylist(),
+                                    table.column("json").to_pylist(), strict=True):
+        if dataset == DOCUMENTS:
+            out.setdefault(topic, []).extend(line.encode() for line in text.split("\n"))
+    return out
+
+
 def journal_lines(table: pa.Table) -> list[bytes]:
     """The journal's JSON lines from collected result rows (as `onceflow replay` prints)."""
     datasets = table.column("dataset").to_pylist()
@@ -195,8 +206,6 @@ def replay_to_files(spark: Any, archive: Archive, plan: ReplayPlan, output: str,
         summary.held = {row["trigger"]: row["count"]
                         for row in held.groupBy("trigger").count().collect()}
         files.move(f"{results}/dataset={HELD}", "held.parquet")
-    if files.exists(f"{results}/dataset={DOCUMENTS}"):
-        files.move(f"{results}/dataset={DOCUMENTS}", "documents.parquet")
     files.remove(results)
     summary.seconds = time.monotonic() - started
     files.write("summary.json", orjson.dumps(summary.as_json(), option=orjson.OPT_INDENT_2))

@@ -142,11 +142,12 @@ def _json_default(value: Any) -> Any:
 class ResultBuilder:
     """Collects journal records and outputs and turns them into Arrow batches."""
 
-    __slots__ = ("_columns", "_size")
+    __slots__ = ("_columns", "_size", "_documents")
 
     def __init__(self) -> None:
         self._columns: list[list[Any]] = [[] for _ in RESULT_SCHEMA]
         self._size = 0
+        self._documents: dict[str, list[str]] = {}
 
     def __len__(self) -> int:
         return self._size
@@ -172,20 +173,21 @@ class ResultBuilder:
         self._size += len(records)
 
     def outputs(self, items: list[Output]) -> None:
-        """Add documents published to output, error, in-doubt, reply-to, dead-letter topics."""
-        (dataset, trigger, outcome, identity, activation, ts, topic, partition, offset,
-         reason, attempt, position, json) = self._columns
+        """Add documents published to output, error, in-doubt, reply-to, dead-letter topics.
+
+        Documents are only ever written as JSON lines, so one row per topic and batch
+        carries them all, one per line (`DOCUMENTS` rows: `topic` and `json`).
+        """
         dumps = orjson.dumps
-        count = len(items)
-        dataset.extend([DOCUMENTS] * count)
-        trigger.extend([i.headers.get("trigger") if i.headers else None for i in items])
-        identity.extend([i.headers.get("identity") if i.headers else None for i in items])
-        topic.extend([i.topic for i in items])
-        json.extend([dumps({"key": i.key, "headers": i.headers, "value": i.value},
-                           default=_json_default).decode() for i in items])
-        for column in (outcome, activation, ts, partition, offset, reason, attempt, position):
-            column.extend([None] * count)
-        self._size += count
+        documents = self._documents
+        for item in items:
+            line = dumps({"key": item.key, "headers": item.headers, "value": item.value},
+                         default=_json_default).decode()
+            lines = documents.get(item.topic)
+            if lines is None:
+                lines = documents[item.topic] = []
+            lines.append(line)
+        self._size += len(items)
 
     def held(self, documents: list[tuple[str, Document]]) -> None:
         """Add the documents suspended triggers hold (trigger name, document)."""
@@ -203,6 +205,13 @@ class ResultBuilder:
 
     def batch(self) -> pa.RecordBatch:
         """Everything collected so far, as one batch; the builder starts empty again."""
+        columns = self._columns
+        for topic, lines in self._documents.items():
+            row: list[Any] = [DOCUMENTS, *([None] * 12)]
+            row[6], row[12] = topic, "\n".join(lines)
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        self._documents = {}
         arrays = [pa.array(column, type=field.type)
                   for column, field in zip(self._columns, RESULT_SCHEMA, strict=True)]
         self._columns = [[] for _ in RESULT_SCHEMA]

@@ -14,8 +14,7 @@ import pytest
 from onceflow.app.replay import replay_scenario
 from onceflow.pipeline.archive import list_archive
 from onceflow.pipeline.plan import ReplayPlan
-from onceflow.pipeline.replay import journal_lines, replay_in_memory
-from onceflow.pipeline.rows import DOCUMENTS
+from onceflow.pipeline.replay import document_lines, journal_lines, replay_in_memory
 from onceflow.scenario import load_scenario
 from onceflow.triggers import load_triggers
 
@@ -112,8 +111,7 @@ def test_lines_that_are_not_records_are_reported_and_the_rest_is_processed(
     reasons = " ".join(r["reason"] for r in reported)
     assert "not a JSON line" in reasons and "'ts' must be a number" in reasons
     assert "'headers' must be an object of string values" in reasons
-    dead = [r for r in rows
-            if r["dataset"] == DOCUMENTS and r["topic"] == "onceflow.dead-letter"]
+    dead = document_lines(table)["onceflow.dead-letter"]
     assert len(dead) == len(bad) + 1  # and the record whose value is not JSON
     good_only = Counter({k: n for k, n in got.items() if k[4] is not None})
     assert good_only == expected_journal(tmp_path, good)
