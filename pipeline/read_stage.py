@@ -1,0 +1,284 @@
+"""The read stage: records of an archive's files in file order, split by split.
+
+It gives every record a *position* that sorts in file order without a global count:
+`file rank << 40 | (split start + row within split)` for JSON lines (a split of n lines
+spans at least n bytes, so positions never overlap the next split) and
+`file rank << 40 | row index` for Parquet.  It keeps the running maximum of record time
+within each split and writes one summary per split, so that the trigger stage can rebuild
+partition time (the running maximum over the whole archive) exactly.  Each line is parsed
+once; later stages get the parsed record.
+"""
+
+from __future__ import annotations
+
+import marshal
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from onceflow.errors import ScenarioError
+from onceflow.scenario import parse_record_line
+
+from .archive import RANK_SHIFT, ArchiveError, normalize_path
+from .rows import MALFORMED, READ_SCHEMA, RECORDS, SUMMARY, paused_gc
+
+
+class _Blocks:
+    """The read stage's output: per block, one row for each topic-partition in it."""
+
+    __slots__ = ("columns", "groups", "malformed", "block")
+
+    def __init__(self) -> None:
+        self.columns: tuple[list[Any], ...] = ([], [], [], [], [])
+        self.groups: dict[tuple[str, int], list[tuple[int, float, Any]]] = {}
+        self.malformed: list[tuple[int, str, str, str]] = []
+        self.block: int | None = None
+
+    def _row(self, kind: int, block: int, topic: str | None, partition: int | None,
+             data: bytes) -> None:
+        for column, value in zip(self.columns, (kind, block, topic, partition, data),
+                                 strict=True):
+            column.append(value)
+
+    def close_block(self) -> None:
+        """Write the current block's rows; the next record starts a new block."""
+        block = self.block
+        if block is None:
+            return
+        for (topic, partition), entries in self.groups.items():
+            self._row(RECORDS, block, topic, partition, marshal.dumps(entries))
+        if self.malformed:
+            self._row(MALFORMED, block, None, None, marshal.dumps(self.malformed))
+        self.groups = {}
+        self.malformed = []
+        self.block = None
+
+    def summary(self, first: int, newest: float) -> None:
+        """A split's first position and newest record time."""
+        self._row(SUMMARY, first, None, None, marshal.dumps(newest))
+
+    def batch(self) -> pa.RecordBatch | None:
+        """The rows written so far, as one batch (None when there are none)."""
+        if not self.columns[0]:
+            return None
+        arrays = [pa.array(column, type=field.type)
+                  for column, field in zip(self.columns, READ_SCHEMA, strict=True)]
+        self.columns = ([], [], [], [], [])
+        return pa.RecordBatch.from_arrays(arrays, schema=READ_SCHEMA)
+
+
+class _Splits:
+    """Positions and the running maximum of record time, split by split."""
+
+    __slots__ = ("ranks", "unit", "file", "start", "rank_base", "base", "row", "high")
+
+    def __init__(self, ranks: dict[str, int], unit: str) -> None:
+        self.ranks = ranks
+        self.unit = unit  # "line" (JSON lines) or "row" (Parquet), for messages
+        self.file: str | None = None
+        self.start = -1
+        self.rank_base = 0
+        self.base = 0
+        self.row = 0
+        self.high = float("-inf")
+
+    def enter(self, file: str, start: int, first_row: int, out: _Blocks) -> None:
+        """A row of another split than the last one: close the last, open this one.
+
+        `first_row` is where the split's rows start counting: its byte offset for JSON
+        lines, the row index of its first row for Parquet.  A block never spans splits:
+        Spark may read the splits of one file in any order.
+        """
+        self.close(out)
+        rank = self.ranks.get(normalize_path(file))
+        if rank is None:
+            raise ArchiveError(f"{file}: read by Spark but not listed in the archive")
+        self.file, self.start = file, start
+        self.rank_base = rank << RANK_SHIFT
+        self.base = self.rank_base + first_row
+        self.row = 0
+        self.high = float("-inf")
+
+    def close(self, out: _Blocks) -> None:
+        """Close the block and write the summary of the current split."""
+        out.close_block()
+        if self.file is not None and self.high > float("-inf"):
+            out.summary(self.base, self.high)
+        self.file = None
+
+    def where(self) -> str:
+        """Where the current row is (1-based), for an operator looking for it."""
+        if self.unit == "row":
+            return f"{self.file} row {self.row}"
+        if self.start <= 0:
+            return f"{self.file} line {self.row}"
+        return f"{self.file} line {self.row} of the block at byte {self.start}"
+
+
+def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str) -> None:
+    """Check what routing and time need; a line that is not a record goes on as malformed.
+
+    The core's parse_record_line has the last word; it runs here only for a line that
+    looks wrong, so that a malformed line is named by its file and line.  Checks that need
+    the partition's earlier lines (a redelivery may leave out its value) wait for ingress.
+    """
+    if type(item) is dict:
+        ts = item.get("ts")
+        topic = item.get("topic")
+        partition = item.get("partition")
+        if partition is None:
+            partition = 0
+        routable = bool((type(ts) is int or type(ts) is float) and type(topic) is str and topic
+                        and type(partition) is int and 0 <= partition < 2**31)
+        reason = "'partition' is out of range"
+        if routable and not _looks_wrong(item):
+            _add(item, ts, topic, partition, pos, splits, out)
+            return
+        try:
+            parse_record_line(item, {}, None)
+        except ScenarioError as exc:
+            reason = str(exc)
+        else:
+            if routable:
+                _add(item, ts, topic, partition, pos, splits, out)
+                return
+    else:
+        reason = "expected a JSON object"
+    out.malformed.append((pos, splits.where(), reason, text))
+
+
+def _looks_wrong(item: dict[str, Any]) -> bool:
+    headers = item.get("headers")
+    if headers and (type(headers) is not dict
+                    or not all(type(v) is str for v in headers.values())):
+        return True
+    key, offset, raw = item.get("key"), item.get("offset"), item.get("raw")
+    return ((key is not None and type(key) is not str)
+            or (offset is not None and (type(offset) is not int or offset < 0))
+            or (raw is not None and type(raw) is not str)
+            or (headers is not None and not headers and type(headers) is not dict))
+
+
+def _add(item: dict[str, Any], ts: Any, topic: Any, partition: int, pos: int,
+         splits: _Splits, out: _Blocks) -> None:
+    if ts > splits.high:
+        splits.high = ts
+    group = out.groups.get((topic, partition))
+    if group is None:
+        group = out.groups[(topic, partition)] = []
+    group.append((pos, float(splits.high), item))
+
+
+class ReadLines:
+    """The read stage over JSON-lines files (value, file path, split start)."""
+
+    def __init__(self, ranks: dict[str, int]) -> None:
+        self.ranks = ranks
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Parse every line once; a later stage gets the parsed record, not the text."""
+        with paused_gc():
+            yield from self._run(batches)
+
+    def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        loads = orjson.loads
+        decode_error = orjson.JSONDecodeError
+        splits = _Splits(self.ranks, "line")
+        out = _Blocks()
+        for batch in batches:
+            lines = batch.column(0).to_pylist()
+            files = batch.column(1).to_pylist()
+            starts = batch.column(2).to_pylist()
+            for line, file, start in zip(lines, files, starts, strict=True):
+                if start != splits.start or file != splits.file:
+                    splits.enter(file, start, start, out)
+                pos = splits.base + splits.row
+                splits.row += 1
+                if out.block is None:
+                    out.block = pos
+                try:
+                    item = loads(line)
+                except decode_error as exc:
+                    if not line.strip():
+                        continue  # blank lines are skipped, as replay skips them
+                    out.malformed.append((pos, splits.where(), f"not a JSON line: {exc}",
+                                          line))
+                    continue
+                _route(item, pos, splits, out, line)
+            out.close_block()
+            rows = out.batch()
+            if rows is not None:
+                yield rows
+        splits.close(out)
+        rows = out.batch()
+        if rows is not None:
+            yield rows
+
+
+class ReadParquet:
+    """The read stage over Parquet files with the record columns."""
+
+    def __init__(self, ranks: dict[str, int], columns: tuple[str, ...]) -> None:
+        self.ranks = ranks
+        self.columns = columns
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Rows become the same records a JSON line would give."""
+        with paused_gc():
+            yield from self._run(batches)
+
+    def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        splits = _Splits(self.ranks, "row")
+        out = _Blocks()
+        names = self.columns
+        for batch in batches:
+            values = {name: _column(batch.column(i)) for i, name in enumerate(names)}
+            files = batch.column(len(names)).to_pylist()
+            starts = batch.column(len(names) + 1).to_pylist()
+            rows = batch.column(len(names) + 2).to_pylist()
+            for i, (file, start, row) in enumerate(zip(files, starts, rows, strict=True)):
+                if start != splits.start or file != splits.file:
+                    splits.enter(file, start, row, out)
+                pos = splits.rank_base + row
+                splits.row = row + 1
+                if out.block is None:
+                    out.block = pos
+                item = {name: column[i] for name, column in values.items()
+                        if column[i] is not None}
+                _parquet_item(item)
+                _route(item, pos, splits, out, orjson.dumps(item, default=str).decode())
+            out.close_block()
+            batch_rows = out.batch()
+            if batch_rows is not None:
+                yield batch_rows
+        splits.close(out)
+        batch_rows = out.batch()
+        if batch_rows is not None:
+            yield batch_rows
+
+
+def _column(array: pa.Array) -> list[Any]:
+    if pa.types.is_timestamp(array.type):
+        micros = pc.cast(pc.cast(array, pa.timestamp("us")), pa.int64())
+        return [None if v is None else v / 1e6 for v in micros.to_pylist()]
+    return array.to_pylist()  # type: ignore[no-any-return]
+
+
+def _parquet_item(item: dict[str, Any]) -> None:
+    # Parquet cannot hold "any JSON": `value` is the JSON text (or bytes) of the value,
+    # which is what `raw` means in a JSON line; headers are a map or a JSON object text.
+    value = item.pop("value", None)
+    if value is not None:
+        item["raw"] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    elif isinstance(item.get("raw"), bytes):
+        item["raw"] = item["raw"].decode("utf-8", "replace")
+    headers = item.get("headers")
+    if isinstance(headers, list):
+        item["headers"] = dict(headers)
+    elif isinstance(headers, str):
+        try:
+            item["headers"] = orjson.loads(headers)
+        except orjson.JSONDecodeError:
+            pass  # left as text: the ingress stage reports it as a malformed record
