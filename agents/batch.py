@@ -18,6 +18,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from onceflow.envelope import Document
 from onceflow.history import history_key
@@ -75,7 +76,11 @@ class SubBatch:
     def conflicts(self, processor: TriggerProcessor, doc: Document) -> bool:
         """Whether deciding this document now would read state a pending run holds."""
         busy = self.busy
-        return bool(busy) and any(key in busy for key in doc_keys(processor, doc))
+        if not busy:
+            return False
+        if processor.joins is None or doc.activation is None:
+            return (processor.trigger.name, doc.identity) in busy
+        return any(key in busy for key in doc_keys(processor, doc))
 
     def add(self, take: Take) -> None:
         """Record a take (and the keys of its run)."""
@@ -119,17 +124,66 @@ async def run_services(
             if take.result.outcome == SUSPEND:
                 return
 
+    async def finish_later(take: Take, coroutine: Any, waiting: Any, started: float) -> None:
+        take.result = await resume(coroutine, waiting)
+        metrics.observe_service(take.processor.trigger.name, time.monotonic() - started)
+
     singles: list[Take] = []
     chains: dict[str, list[Take]] = {}
+    later: list[Any] = []
     for take in takes:
-        if take.run is None or take.rolled_back:
+        run = take.run
+        if run is None or take.rolled_back:
             continue
         if take.undo is not None:
             chains.setdefault(take.processor.trigger.name, []).append(take)
-        else:
+        elif take.processor.service.is_async:
             singles.append(take)
-    await asyncio.gather(*(run_one(t) for t in singles),
-                         *(run_chain(chain) for chain in chains.values()))
+        else:
+            # A plain function runs right here, with no task: most runs end in their first
+            # attempt; one that must wait before a retry goes on as a task from there.
+            trigger = take.processor.trigger
+            started = time.monotonic()
+            coroutine = run_service_async(trigger, take.processor.service, run.payload,
+                                          run.context(trigger.name), sleep=sleep)
+            done, value = start(coroutine)
+            if done:
+                take.result = value
+                metrics.observe_service(trigger.name, time.monotonic() - started)
+            else:
+                later.append(finish_later(take, coroutine, value, started))
+    if singles or chains or later:
+        await asyncio.gather(*(run_one(t) for t in singles), *later,
+                             *(run_chain(chain) for chain in chains.values()))
+
+
+def start(coroutine: Any) -> tuple[bool, Any]:
+    """Run a coroutine until it first waits: (True, its result) or (False, what it awaits)."""
+    try:
+        waiting = coroutine.send(None)
+    except StopIteration as stop:
+        return True, stop.value
+    return False, waiting
+
+
+async def resume(coroutine: Any, waiting: Any) -> Any:
+    """Go on running a coroutine that `start` left waiting, inside the current task."""
+    while True:
+        try:
+            if waiting is None:
+                await asyncio.sleep(0)  # a bare yield: give the loop one turn
+            else:
+                await waiting
+        except BaseException as exc:  # handed to the coroutine, as a task would
+            try:
+                waiting = coroutine.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            continue
+        try:
+            waiting = coroutine.send(None)
+        except StopIteration as stop:
+            return stop.value
 
 
 def complete_runs(batch: SubBatch, hold: Callable[[Take, list[Document]], None]) -> None:

@@ -24,8 +24,6 @@ class WorkerOptions:
 
     partitions: int = 4
     prefix: str = ""
-    batch_size: int = 2000
-    batch_within: float = 0.05
     service_concurrency: int = 64
     max_retry_wait: float | None = None
     tick_interval: float = 1.0

@@ -189,9 +189,11 @@ async def tick_idle_partitions(app: OnceflowApp, runtime: Runtime,
             worker = runtime.workers.get(tp.partition)
             if worker is None or started - worker.last_record_at >= options.idle_after:
                 wire.add_control(outbox, names, tp.partition, wire.TICK, ts=now)
-    for name, facts in runtime.snapshot().items():
+    suspended = {name for worker in list(runtime.workers.values())
+                 for name, processor in worker.processors.items() if processor.suspended}
+    for name in sorted(suspended):
         check = runtime.triggers.by_name(name).resource_check
-        if facts["suspended"] and check and await resource_available(check, runtime):
+        if check and await resource_available(check, runtime):
             for partition in range(options.partitions):
                 wire.add_control(outbox, names, partition, wire.RESUME, trigger=name,
                                  reason="resource check reports available",

@@ -68,6 +68,7 @@ class PartitionWorker(ControlMixin):
                                            self.history.__getitem__, self.joins.__getitem__)
         self._join_processors = [p for p in self.processors.values() if p.joins is not None]
         self.now: float | None = self.control.get(_TIME)
+        self._stored_now = self.now
         self.held: dict[str, list[str]] = {name: [] for name in self.processors}
         for key in self.control.keys():
             if key.startswith(_HELD):
@@ -92,6 +93,8 @@ class PartitionWorker(ControlMixin):
     async def process(self, deliveries: list[wire.Delivery]) -> None:
         """Process records of this partition in order; durable when this returns."""
         async with self.lock:
+            self.rt.metrics.documents += len(deliveries)
+            self.last_record_at = self.rt.monotonic()
             try:
                 for delivery in deliveries:
                     if delivery.topic == self.rt.names.route:
@@ -107,38 +110,41 @@ class PartitionWorker(ControlMixin):
 
     async def _input_record(self, delivery: wire.Delivery) -> None:
         rt = self.rt
-        rt.metrics.documents += 1
-        self.last_record_at = rt.monotonic()
-        if self.batch.suspending_runs and (self.now is None or delivery.ts > self.now):
+        ts = delivery.ts
+        if self.batch.suspending_runs and (self.now is None or ts > self.now):
             await self.settle()
-        self._advance(delivery.ts)
+        self._advance(ts)
+        key = delivery.key
         record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
-                        delivery.ts, None,
-                        delivery.key.decode("utf-8", "replace") if delivery.key else None,
-                        wire.header_dict(delivery.headers))
-        size = len(delivery.value or b"")
-        if size > rt.options.max_document_bytes:
-            self._oversized(record, delivery.value or b"", size)
+                        ts, None, key.decode("utf-8", "replace") if key else None,
+                        wire.header_dict(delivery.headers) if delivery.headers else {})
+        value = delivery.value
+        if value is not None and len(value) > rt.options.max_document_bytes:
+            self._oversized(record, value, len(value))
             return
-        record.value = decode_value(delivery.value)
+        record.value = decode_value(value)
         document, targets, rejected = self.ingress.admit_into(record, delivery.offset,
                                                               self.journal)
         if document is None:
             if rejected is not None:
                 self.outputs.append(dead_letter(record, rejected))
             return
-        remote: dict[int, list[str]] = {}
+        remote: dict[int, list[str]] | None = None
+        partitions = rt.options.partitions
         for trigger in targets:
-            target = wire.route_partition(wire.routing_key(trigger, document),
-                                          rt.options.partitions)
+            routing = wire.routing_key(trigger, document)
+            target = wire.route_partition(routing, partitions)
             if target == self.partition:
                 await self.take(self.processors[trigger.name], document)
             else:
+                if remote is None:
+                    remote = {}
                 remote.setdefault(target, []).append(trigger.name)
-        for target, names in remote.items():
-            self.outbox.add(rt.names.route, target, wire.routing_key(
-                self.processors[names[0]].trigger, document).encode(),
-                wire.doc_message(names, document))
+        if remote:
+            for target, names in remote.items():
+                self.outbox.add(rt.names.route, target, wire.routing_key(
+                    self.processors[names[0]].trigger, document).encode(),
+                    wire.doc_message(names, document))
 
     def _oversized(self, record: Record, value: bytes, size: int) -> None:
         limit = self.rt.options.max_document_bytes
@@ -168,7 +174,6 @@ class PartitionWorker(ControlMixin):
                             delivery.offset, doc.ts, None)
             if self.ingress.delivery.count(routed) > 1 and doc.delivery_count == 1:
                 doc.delivery_count = 2
-            self.last_record_at = self.rt.monotonic()
             if self.batch.suspending_runs and (self.now is None or doc.ts > self.now):
                 await self.settle()
             self._advance(doc.ts)
@@ -233,10 +238,13 @@ class PartitionWorker(ControlMixin):
                 if take.sink.outputs:
                     self.outputs.extend(take.sink.outputs)
         batch.clear()
-        if self.now is not None:
-            self._expire(self.now)
+        now = self.now
+        if now is not None:
+            self._expire(now)
             if self.rt.options.history_sweeps:
-                self.sweep_due(self.now)
+                self.sweep_due(now)
+            if now != self._stored_now:
+                self.control[_TIME] = self._stored_now = now
         await self._flush()
 
     async def _flush(self) -> None:
@@ -259,8 +267,8 @@ class PartitionWorker(ControlMixin):
         now = self.now
         if now is None or ts > now:
             self.now = now = ts
-            self.control[_TIME] = ts
-        self._expire(now)
+        if self._join_processors:
+            self._expire(now)
 
     def _expire(self, now: float) -> None:
         for processor in self._join_processors:

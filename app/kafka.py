@@ -90,14 +90,17 @@ async def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> li
         await consumer.stop()
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
-    for _ in range(20):
+async def _partitions(consumer: AIOKafkaConsumer, topic: str, timeout: float = 1.0
+                      ) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
         found = consumer.partitions_for_topic(topic)
         if found:
             return sorted(found)
+        if time.monotonic() > deadline:
+            return []
         await consumer._client.force_metadata_update()
         await asyncio.sleep(0.05)
-    return []
 
 
 class Producer:
@@ -134,8 +137,11 @@ class TopicFollower:
                                     fetch_max_wait_ms=20, max_partition_fetch_bytes=8 << 20)
         await consumer.start()
         self._consumer = consumer
-        self._tps = [TopicPartition(self.topic, p)
-                     for p in await _partitions(consumer, self.topic)]
+        partitions = await _partitions(consumer, self.topic, timeout=30.0)
+        if not partitions:
+            await consumer.stop()
+            raise TimeoutError(f"topic {self.topic} does not exist")
+        self._tps = [TopicPartition(self.topic, p) for p in partitions]
         consumer.assign(self._tps)
         await consumer.seek_to_beginning(*self._tps)
         self._task = asyncio.create_task(self._read())

@@ -52,7 +52,6 @@ def live_env(bootstrap: str, prefix: str, partitions: int, data_dir: Path,
         "ONCEFLOW_MAX_RETRY_WAIT": "0",
         "ONCEFLOW_SESSION_TIMEOUT": "2",
         "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3",
-        "ONCEFLOW_BATCH_WITHIN": "0.005",
         "ONCEFLOW_EXTRA_TOPICS": ",".join(sorted(set(extra_topics))),
     }
 

@@ -27,8 +27,7 @@ class WorkerSettings(BaseSettings):
     partitions: int = Field(4, ge=1, description="partitions of every onceflow topic")
     admin_token: SecretStr | None = Field(None, description="token for POST views")
     topic_prefix: str = Field("", description="prefix of every topic name (isolation)")
-    batch_size: int = Field(2000, ge=1, description="records decided in one batch")
-    batch_within: float = Field(0.05, gt=0, description="seconds to wait for a full batch")
+    batch_size: int = Field(5000, ge=1, description="most records taken in one batch")
     service_concurrency: int = Field(64, ge=1, description="services running at once")
     max_retry_wait: float | None = Field(
         None, ge=0, description="cap on the wait between attempts (test runs)")
@@ -81,8 +80,8 @@ class WorkerSettings(BaseSettings):
     def options(self) -> WorkerOptions:
         """The agents' view of these settings."""
         return WorkerOptions(
-            partitions=self.partitions, prefix=self.topic_prefix, batch_size=self.batch_size,
-            batch_within=self.batch_within, service_concurrency=self.service_concurrency,
+            partitions=self.partitions, prefix=self.topic_prefix,
+            service_concurrency=self.service_concurrency,
             max_retry_wait=self.max_retry_wait, tick_interval=self.tick_interval,
             idle_ticks=self.idle_ticks, idle_after=self.idle_after,
             history_sweeps=self.history_sweeps, max_document_bytes=self.max_document_bytes,
@@ -102,7 +101,7 @@ class WorkerSettings(BaseSettings):
             "broker_session_timeout": self.session_timeout,
             "broker_heartbeat_interval": self.heartbeat_interval,
             "producer_acks": -1,
-            "stream_buffer_maxsize": max(4096, self.batch_size * 2),
+            "broker_max_poll_records": self.batch_size,
             "web_host": self.web_host,
             "web_bind": self.web_host,
             "web_port": self.web_port,

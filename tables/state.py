@@ -82,7 +82,7 @@ class PartitionStore:
         self.undo: UndoLog | None = None
 
     def _key(self, key: Any) -> bytes:
-        return self._prefix + str(key).encode()
+        return self._prefix + (key if type(key) is str else str(key)).encode()
 
     def get(self, key: Any, default: Any = None, /) -> Any:
         """The value under key, or default."""
