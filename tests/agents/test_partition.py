@@ -1,0 +1,193 @@
+"""The partition logic of the worker on batches: what a record-by-record replay cannot show.
+
+A real worker decides many documents per batch; these tests hand whole batches to the
+partitions (in process, memory broker, dict tables) and check that the outcome is the one
+record-by-record processing gives, that durability comes in the right order, and that a
+suspension rolls back what the batch decided after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from onceflow.agents import wire
+from onceflow.agents.wire import Delivery
+from onceflow.calls import Callee
+from onceflow.errors import TransientError
+from onceflow.tables.outbox import MemoryBroker, Outbox
+from onceflow.triggers import parse_triggers
+
+from .cluster import LocalCluster
+
+
+def cluster(*triggers: dict[str, Any], partitions: int = 1, **options: Any) -> LocalCluster:
+    return LocalCluster(parse_triggers({"trigger": list(triggers)}), partitions=partitions,
+                        **options)
+
+
+def doc(topic: str, offset: int, ts: float, partition: int = 0, **value: Any) -> Delivery:
+    return Delivery(topic, partition, offset, ts, None, orjson.dumps(value), [])
+
+
+def journal(c: LocalCluster) -> list[tuple[Any, ...]]:
+    return [(line["trigger"], line["outcome"], line["identity"]) for line in c.journal()]
+
+
+async def test_a_copy_in_the_same_batch_waits_for_the_first_run() -> None:
+    c = cluster({"name": "bill", "types": ["inv"]})
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-1"),
+                            doc("inv", 2, 3, uuid="i-2")])
+    assert journal(c) == [("bill", "processed", "i-1"), ("bill", "duplicate", "i-1"),
+                          ("bill", "processed", "i-2")]
+
+
+async def test_join_members_in_one_batch_join_as_replay_does() -> None:
+    c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all"})
+    await c.runtime.handle([
+        doc("a", 0, 1, uuid="a-1", activation="x"), doc("b", 0, 2, uuid="b-1", activation="x"),
+        doc("a", 1, 3, uuid="a-2", activation="x"), doc("a", 2, 4, uuid="a-1", activation="x"),
+    ])
+    assert journal(c) == [
+        ("pair", "join-pending", "a-1"), ("pair", "processed", "a-1"),
+        ("pair", "processed", "b-1"), ("pair", "join-pending", "a-2"),
+        ("pair", "duplicate", "a-1"),
+    ]
+
+
+async def test_a_suspension_rolls_back_and_holds_what_the_batch_decided_after_it() -> None:
+    broken = [True]
+
+    def fragile_service(document: Any) -> dict[str, bool]:
+        if broken[0]:
+            raise TransientError("the database is down")
+        return {"ok": True}
+
+    triggers = parse_triggers({"trigger": [
+        {"name": "fragile", "types": ["a"], "max_retry_attempts": 1,
+         "on_retry_failure": "suspend"},
+        {"name": "steady", "types": ["b"]}]})
+    services = {"fragile": (Callee("fragile", fragile_service, False, False), None),
+                "steady": (Callee("steady", lambda document: None, False, False), None)}
+    c = LocalCluster(triggers, partitions=2, callees=services)
+    # Three documents decided on one partition in one batch, so the later two are taken
+    # (processing entries written) before the first one's run suspends.
+    home = wire.route_partition("a-0", 2)
+    first, second, third = [u for u in (f"a-{i}" for i in range(50))
+                            if wire.route_partition(u, 2) == home][:3]
+    await c.runtime.handle([
+        doc("a", 0, 1, partition=home, uuid=first), doc("a", 1, 2, partition=home, uuid=second),
+        doc("a", 2, 3, partition=home, uuid=third), doc("b", 0, 4, partition=home, uuid="b-1")])
+    await c.pump()
+    assert journal(c) == [("fragile", "retry", first), ("fragile", "suspended", first),
+                          ("steady", "processed", "b-1")]
+    worker = c.runtime.worker(home)
+    assert [worker.control[k]["identity"] for k in worker.held["fragile"]] == [
+        first, second, third]
+    for partition in range(2):
+        fragile = c.runtime.worker(partition).processors["fragile"]
+        # Suspended everywhere (the other partition heard through the repartition topic),
+        # and every processing entry the batch had written is undone.
+        assert fragile.suspended and fragile.history is not None
+        assert len(fragile.history) == 0
+
+    broken[0] = False
+    for partition in range(2):
+        c.broker.append(c.names.route, partition, _control(
+            wire.RESUME, trigger="fragile", reason="resumed by test", journal=partition == 0))
+    await c.pump()
+    assert journal(c)[3] == ("fragile", "resumed", None)
+    assert journal(c)[4:] == [("fragile", "processed", first),
+                              ("fragile", "processed", second),
+                              ("fragile", "processed", third)]
+    assert not any(c.runtime.worker(p).held["fragile"] for p in range(2))
+
+
+async def test_documents_go_to_the_partition_of_their_routing_key() -> None:
+    c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all"}, partitions=4)
+    target = wire.route_partition("x", 4)
+    source = (target + 1) % 4
+    await c.runtime.handle([doc("a", 0, 1, partition=source, uuid="a-1", activation="x")])
+    routed = c.broker.log(c.names.route, target)
+    assert len(routed) == 1 and orjson.loads(routed[0].value)["t"] == ["pair"]
+    assert journal(c) == []  # decided where the activation's join lives
+    await c.pump()
+    assert journal(c) == [("pair", "join-pending", "a-1")]
+    assert c.runtime.worker(target).joins["pair"].get("x") is not None
+
+
+async def test_a_redelivered_routed_document_counts_as_delivered_twice() -> None:
+    c = cluster({"name": "plain", "types": ["a"], "use_history": False})
+    routed = orjson.loads(wire.doc_message(["plain"], _document("a-1")))
+    value = orjson.dumps(routed)
+    delivery = Delivery(c.names.route, 0, 0, 1, b"a-1", value, [])
+    await c.runtime.handle([delivery])
+    await c.runtime.handle([delivery])  # the broker hands it over again
+    assert journal(c) == [("plain", "processed", "a-1"), ("plain", "in-doubt", "a-1")]
+
+
+async def test_journal_and_outputs_are_durable_before_completed_entries() -> None:
+    order: list[set[str]] = []
+
+    class Recording(MemoryBroker):
+        async def send(self, outbox: Outbox) -> dict[tuple[str, int], int]:
+            order.append({topic for topic, _ in outbox.records})
+            return await super().send(outbox)
+
+    c = cluster({"name": "bill", "types": ["inv"]})
+    broker = Recording(1)
+    broker.topics = c.broker.topics
+    c.runtime.sender = broker
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
+    history, journal_topic = "onceflow-history-changelog", c.names.journal
+    assert history in order[0] and journal_topic not in order[0]  # processing entry first
+    assert journal_topic in order[1] and "bill.out" in order[1] and history not in order[1]
+    assert history in order[2]  # then the completed entry
+
+
+async def test_controls_seed_forget_and_barrier() -> None:
+    c = cluster({"name": "bill", "types": ["inv"]})
+    route = c.names.route
+    c.broker.append(route, 0, _control(wire.SEED, trigger="bill", identity="i-1",
+                                        status="processing", ts=0))
+    c.broker.append(route, 0, _control(wire.BARRIER, id="b1"))
+    await c.pump()
+    assert [orjson.loads(r.value) for r in c.broker.records(c.names.acks)] == [
+        {"id": "b1", "partition": 0}]
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
+    c.broker.append(route, 0, _control(wire.FORGET, trigger="bill", key="i-1",
+                                        only="processing"))
+    await c.pump()
+    await c.runtime.handle([doc("inv", 1, 2, uuid="i-1")])
+    assert journal(c) == [("bill", "in-doubt", "i-1"), ("bill", "processed", "i-1")]
+
+
+async def test_a_value_over_the_size_limit_is_bad_input_by_reference() -> None:
+    c = cluster({"name": "bill", "types": ["inv"]}, max_document_bytes=100)
+    await c.runtime.handle([doc("inv", 0, 1, uuid="big", body="x" * 200)])
+    assert journal(c) == [(None, "bad-input", "big")]
+    (letter,) = c.broker.records(c.names.dead_letter)
+    body = orjson.loads(letter.value)
+    assert "value" not in body and body["size"] > 100
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+async def test_time_ticks_expire_joins(partitions: int) -> None:
+    c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all",
+                 "join_timeout": "10s"}, partitions=partitions)
+    target = wire.route_partition("x", partitions)
+    await c.runtime.handle([doc("a", 0, 100, partition=target, uuid="a-1", activation="x")])
+    c.broker.append(c.names.route, target, _control(wire.TICK, ts=111))
+    await c.pump()
+    assert journal(c) == [("pair", "join-pending", "a-1"), ("pair", "join-expired", "a-1")]
+
+
+def _control(kind: str, **fields: Any) -> Any:
+    from onceflow.tables.outbox import OutRecord
+    return OutRecord(kind.encode(), wire.control_message(kind, **fields))
+
+
+def _document(identity: str) -> Any:
+    from onceflow.envelope import Document
+    return Document("a", identity, None, {"uuid": identity}, 1, "a", 0, 0, "a/0@0", 1)
