@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint typecheck bench clean
 
-$(STAMP): pyproject.toml
+# setup.py compiles core/ with mypyc: an edited core source means a new build.
+$(STAMP): pyproject.toml setup.py $(wildcard core/*.py)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -31,4 +32,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/replay.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache core/*.so

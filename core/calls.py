@@ -22,7 +22,7 @@ IN_DOUBT = "IN_DOUBT"
 RESOLVER_ANSWERS = (NEW, DUPLICATE, IN_DOUBT)
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class CallContext:
     """What a service or resolver may want to know beside the document itself."""
 
@@ -30,9 +30,21 @@ class CallContext:
     identity: str
     activation: str | None
     delivery_count: int
-    attempt: int = 1
-    message_id: str = ""
-    history: dict[str, Any] | None = None
+    attempt: int
+    message_id: str
+    history: dict[str, Any] | None
+
+    # Written out, not generated: compiled, a dataclass __init__ stays interpreted.
+    def __init__(self, trigger: str, identity: str, activation: str | None,
+                 delivery_count: int, attempt: int = 1, message_id: str = "",
+                 history: dict[str, Any] | None = None) -> None:
+        self.trigger = trigger
+        self.identity = identity
+        self.activation = activation
+        self.delivery_count = delivery_count
+        self.attempt = attempt
+        self.message_id = message_id
+        self.history = history
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .calls import Callee, load_callee
-from .envelope import Document, Record
+from .envelope import Document, Record, Timestamp
 from .history import history_key
 from .ingress import Ingress
 from .journal import JournalRecord
@@ -147,7 +147,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._run_coroutine = run_coroutine or self._run_in_loop
 
-    def seed_history(self, trigger: str, identity: str, status: str, ts: float,
+    def seed_history(self, trigger: str, identity: str, status: str, ts: Timestamp,
                      failed: bool = False, activation: str | None = None) -> None:
         """Load a history entry before the input (scenario history.jsonl)."""
         processor = self.processors[trigger]
@@ -161,7 +161,7 @@ class Engine:
             key = history_key(identity, activation)
         processor.history.seed(key, status, ts, failed)
 
-    def advance(self, ts: float) -> list[JournalRecord]:
+    def advance(self, ts: Timestamp) -> list[JournalRecord]:
         """Move record time forward to ts: expire joins, sweep history when due."""
         now = self.now
         if now is not None and ts <= now:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -55,17 +55,35 @@ def encode_value(value: Any) -> bytes:
     return orjson.dumps(value)
 
 
-@dataclass(slots=True)
+# Record time in seconds, echoed as it was given: an int stays an int.  (Spelled as a
+# union on purpose: compiled with mypyc, a plain `float` attribute would turn 5 into 5.0.)
+Timestamp = int | float
+
+
+# The classes made once or more per document write their __init__ out: compiled, a
+# dataclass-generated __init__ stays interpreted Python and costs several times more.
+
+@dataclass(init=False, slots=True)
 class Record:
     """One record of an input topic, as consumed (value already decoded)."""
 
     topic: str
     partition: int
     offset: int
-    ts: float
+    ts: Timestamp
     value: Any
-    key: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+    key: str | None
+    headers: dict[str, str]
+
+    def __init__(self, topic: str, partition: int, offset: int, ts: Timestamp, value: Any,
+                 key: str | None = None, headers: dict[str, str] | None = None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.ts = ts
+        self.value = value
+        self.key = key
+        self.headers = {} if headers is None else headers
 
     @property
     def coordinates(self) -> str:
@@ -79,7 +97,7 @@ class Record:
         return mid if mid else self.coordinates
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class Document:
     """A validated envelope with everything the exactly-once decision needs.
 
@@ -91,15 +109,33 @@ class Document:
     identity: str
     activation: str | None
     envelope: dict[str, Any]
-    ts: float
+    ts: Timestamp
     topic: str
     partition: int
     offset: int
     message_id: str
     delivery_count: int
-    key: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    position: int = 0
+    key: str | None
+    headers: dict[str, str]
+    position: int
+
+    def __init__(self, type: str, identity: str, activation: str | None,
+                 envelope: dict[str, Any], ts: Timestamp, topic: str, partition: int,
+                 offset: int, message_id: str, delivery_count: int, key: str | None = None,
+                 headers: dict[str, str] | None = None, position: int = 0) -> None:
+        self.type = type
+        self.identity = identity
+        self.activation = activation
+        self.envelope = envelope
+        self.ts = ts
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.message_id = message_id
+        self.delivery_count = delivery_count
+        self.key = key
+        self.headers = {} if headers is None else headers
+        self.position = position
 
     @property
     def body(self) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .envelope import Timestamp
 from .errors import HistoryUnavailable
 from .store import Store
 
@@ -33,12 +34,17 @@ def split_history_key(key: str) -> tuple[str | None, str]:
     return None, key
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class HistoryEntry:
-    """What the history knows of one document."""
+    """What the history knows of one document (a value: do not change it)."""
 
-    started: float
+    started: Timestamp
     flags: int
+
+    # Written out, not generated: compiled, a dataclass __init__ stays interpreted.
+    def __init__(self, started: Timestamp, flags: int) -> None:
+        self.started = started
+        self.flags = flags
 
     @property
     def processing(self) -> bool:
@@ -87,11 +93,11 @@ class History:
             return None
         return HistoryEntry(started, flags)
 
-    def mark_processing(self, key: str, started: float) -> None:
+    def mark_processing(self, key: str, started: Timestamp) -> None:
         """Write the processing entry, immediately before the service runs."""
         self._put(key, [started, PROCESSING])
 
-    def mark_completed(self, key: str, started: float, failed: bool) -> None:
+    def mark_completed(self, key: str, started: Timestamp, failed: bool) -> None:
         """Add the completed entry (success or failure) beside the processing entry."""
         self._put(key, [started, PROCESSING | COMPLETED | (FAILED if failed else 0)])
 
@@ -103,7 +109,7 @@ class History:
         except Exception as exc:
             raise HistoryUnavailable(f"document history cannot be written: {exc}") from exc
 
-    def seed(self, key: str, status: str, started: float, failed: bool = False) -> None:
+    def seed(self, key: str, status: str, started: Timestamp, failed: bool = False) -> None:
         """Load an entry from outside (scenario history.jsonl, migrations)."""
         if status == "processing":
             value = self._store.get(key)

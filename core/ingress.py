@@ -172,9 +172,9 @@ class Ingress:
         value = record.value
         dup_id = headers.get(H_DUP_ID) if headers else None
         if dup_id is not None and self.cache(topic, record.partition).seen(dup_id, message_id):
-            uuid, activation = envelope_fields(value)
+            uuid_seen, activation_seen = envelope_fields(value)
             journal.append(self._ingress_record(
-                record, J.DUPLICATE_ID, uuid or message_id, activation, position,
+                record, J.DUPLICATE_ID, uuid_seen or message_id, activation_seen, position,
                 f"dup-id {dup_id!r} was already received on {topic}/{record.partition}",
             ))
             return None, (), None

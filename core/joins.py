@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .envelope import Document
@@ -38,14 +38,22 @@ def join_document(activation: str | None, members: list[Document]) -> JoinDocume
     )
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class JoinStep:
     """What a document did to its join."""
 
     kind: str
-    members: list[Document] = field(default_factory=list)
-    previous: Any = None  # the state before this document, restored on suspension
-    reason: str = ""
+    members: list[Document]
+    previous: Any  # the state before this document, restored on suspension
+    reason: str
+
+    # Written out, not generated: compiled, a dataclass __init__ stays interpreted.
+    def __init__(self, kind: str, members: list[Document] | None = None,
+                 previous: Any = None, reason: str = "") -> None:
+        self.kind = kind
+        self.members = [] if members is None else members
+        self.previous = previous
+        self.reason = reason
 
 
 class AllJoin:

@@ -29,7 +29,7 @@ TERMINAL = frozenset(
 OUTCOMES = TERMINAL | {JOIN_PENDING, RETRY, SUSPENDED, RESUMED}
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class JournalRecord:
     """One decision.  The first five fields are the contract of `onceflow replay`."""
 
@@ -38,12 +38,30 @@ class JournalRecord:
     identity: str | None
     activation: str | None
     ts: float | None
-    topic: str | None = None
-    partition: int | None = None
-    offset: int | None = None
-    reason: str | None = None
-    attempt: int | None = None
-    position: int = -1
+    topic: str | None
+    partition: int | None
+    offset: int | None
+    reason: str | None
+    attempt: int | None
+    position: int
+
+    # Written out, not generated: compiled, a dataclass __init__ stays interpreted.
+    def __init__(self, trigger: str | None, outcome: str, identity: str | None,
+                 activation: str | None, ts: float | None, topic: str | None = None,
+                 partition: int | None = None, offset: int | None = None,
+                 reason: str | None = None, attempt: int | None = None,
+                 position: int = -1) -> None:
+        self.trigger = trigger
+        self.outcome = outcome
+        self.identity = identity
+        self.activation = activation
+        self.ts = ts
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason
+        self.attempt = attempt
+        self.position = position
 
     def as_dict(self) -> dict[str, Any]:
         """The record as written to stdout or the journal topic."""

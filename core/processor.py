@@ -13,7 +13,7 @@ from typing import Any
 from . import journal as J
 from .calls import CallContext, Callee
 from .decision import Status, decide, decide_unavailable
-from .envelope import H_DUP_ID, MAX_IDENTITY_LENGTH, Document
+from .envelope import H_DUP_ID, MAX_IDENTITY_LENGTH, Document, Timestamp
 from .errors import HistoryUnavailable
 from .history import History, history_key
 from .joins import COMPLETE, DISCARDED, JoinBook, join_document
@@ -33,16 +33,27 @@ class Output:
     headers: dict[str, str]
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class Run:
     """A service call to make: its members (newest last) and the payload it receives."""
 
     members: list[Document]
     payload: Any
-    started: float
+    started: Timestamp
     activation: str | None
-    previous_join: Any = None
-    history_keys: list[str] = field(default_factory=list)
+    previous_join: Any
+    history_keys: list[str]
+
+    # Written out, not generated: compiled, a dataclass __init__ stays interpreted.
+    def __init__(self, members: list[Document], payload: Any, started: Timestamp,
+                 activation: str | None, previous_join: Any = None,
+                 history_keys: list[str] | None = None) -> None:
+        self.members = members
+        self.payload = payload
+        self.started = started
+        self.activation = activation
+        self.previous_join = previous_join
+        self.history_keys = [] if history_keys is None else history_keys
 
     @property
     def newest(self) -> Document:

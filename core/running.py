@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .calls import CallContext, Callee
@@ -21,16 +21,27 @@ SUSPEND = "suspend"
 RETRY = "retry"
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class ServiceResult:
     """How a run ended, after how many attempts, and the failures on the way."""
 
     outcome: str
-    value: Any = None
-    attempts: int = 1
-    error_type: str = ""
-    error_message: str = ""
-    retries: list[tuple[int, str]] = field(default_factory=list)
+    value: Any
+    attempts: int
+    error_type: str
+    error_message: str
+    retries: list[tuple[int, str]]
+
+    # Written out, not generated: compiled, a dataclass __init__ stays interpreted.
+    def __init__(self, outcome: str, value: Any = None, attempts: int = 1,
+                 error_type: str = "", error_message: str = "",
+                 retries: list[tuple[int, str]] | None = None) -> None:
+        self.outcome = outcome
+        self.value = value
+        self.attempts = attempts
+        self.error_type = error_type
+        self.error_message = error_message
+        self.retries = [] if retries is None else retries
 
 
 def after_failure(trigger: TriggerDef, attempt: int, exc: BaseException) -> str:

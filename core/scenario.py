@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from .envelope import NotJson, Record, decode_value
+from .envelope import NotJson, Record, Timestamp, decode_value
 from .errors import ScenarioError
 from .triggers import TriggerSet, load_triggers
 
@@ -21,7 +21,7 @@ class HistorySeed:
     trigger: str
     identity: str
     status: str
-    ts: float
+    ts: Timestamp
     failed: bool = False
     activation: str | None = None
 

@@ -14,7 +14,6 @@ from onceflow.engine import Engine, MemoryState
 from onceflow.envelope import Record
 from onceflow.errors import TransientError
 from onceflow.scenario import load_scenario
-from onceflow.store import Store
 from onceflow.triggers import parse_triggers
 
 
@@ -161,13 +160,12 @@ class Unreadable(Unwritable):
         raise ConnectionError("store unavailable")
 
 
-class BrokenHistoryState(MemoryState):
-    def __init__(self, store_type: type) -> None:
-        super().__init__()
-        self.store_type = store_type
-
-    def history_store(self, trigger: str) -> Store:
-        return self.history.setdefault(trigger, self.store_type())
+def broken_history_state(store_type: type, *triggers: str) -> MemoryState:
+    """Memory state whose history stores for `triggers` fail."""
+    state = MemoryState()
+    for trigger in triggers:
+        state.history[trigger] = store_type()
+    return state
 
 
 @pytest.mark.parametrize("store_type", [Unwritable, Unreadable])
@@ -178,7 +176,7 @@ def test_history_unavailable_suspends_a_suspend_trigger(store_type: type) -> Non
         calls.append(context.identity)
 
     engine = engine_for({"name": "t", "types": ["a"], "on_retry_failure": "suspend"},
-                        state=BrokenHistoryState(store_type), services={"t": service})
+                        state=broken_history_state(store_type, "t"), services={"t": service})
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="u-1") == [("t", "suspended", "u-1")]
     assert calls == []  # the service never runs without its processing entry
@@ -187,7 +185,7 @@ def test_history_unavailable_suspends_a_suspend_trigger(store_type: type) -> Non
 
 @pytest.mark.parametrize("store_type", [Unwritable, Unreadable])
 def test_history_unavailable_without_resolver_is_in_doubt(store_type: type) -> None:
-    engine = engine_for({"name": "t", "types": ["a"]}, state=BrokenHistoryState(store_type))
+    engine = engine_for({"name": "t", "types": ["a"]}, state=broken_history_state(store_type, "t"))
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="u-1") == [("t", "in-doubt", "u-1")]
     assert [o.topic for o in feed.outputs] == ["t.in-doubt"]
@@ -197,7 +195,7 @@ def test_history_unavailable_without_resolver_is_in_doubt(store_type: type) -> N
 def test_history_unavailable_lets_the_resolver_decide(store_type: type) -> None:
     engine = Engine(parse_triggers({"trigger": [{"name": "t", "types": ["a"],
                                                  "resolver": "scripted"}]}),
-                    state=BrokenHistoryState(store_type))
+                    state=broken_history_state(store_type, "t"))
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="u-1", body={"resolve": "NEW"}) == [
         ("t", "processed", "u-1")]
@@ -209,7 +207,7 @@ def test_history_unavailable_lets_the_resolver_decide(store_type: type) -> None:
 
 def test_history_write_failure_in_a_join_keeps_the_join_consistent() -> None:
     engine = engine_for({"name": "j", "types": ["a", "b"]},
-                        state=BrokenHistoryState(Unwritable))
+                        state=broken_history_state(Unwritable, "j"))
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="a-1", activation="x") == [("j", "join-pending", "a-1")]
     # Completing the join needs the processing entries: in doubt, and a-1 waits on.
