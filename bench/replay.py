@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import orjson
+from onceflow import engine as core_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate_lines, write_scenario  # noqa: E402
@@ -56,8 +57,10 @@ def main() -> None:
         cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime -
                                                           cpu_before.ru_stime)
         lines = sum(1 for _ in journal.open("rb"))
+    compiled = not str(core_engine.__file__).endswith(".py")
     rate = args.documents / elapsed
     floor_rate = args.documents / floor
+    print(f"core                 {'compiled (mypyc)' if compiled else 'pure Python':>12}")
     print(f"documents            {args.documents:>12,}")
     print(f"journal records      {lines:>12,}")
     print(f"onceflow replay      {rate:>12,.0f} documents/s  ({elapsed:.2f} s wall, one core)")
