@@ -34,6 +34,7 @@ from onceflow.scenario import HistorySeed
 from onceflow.triggers import TriggerSet
 
 from .rows import SUMMARY, ResultBuilder, final_of, paused_gc
+from .shipping import Shipped
 
 BATCH_ROWS = 10_000
 NO_CUTOFF = float("inf")
@@ -65,26 +66,27 @@ class TriggerStage:
 
     def __init__(self, triggers: TriggerSet, base_dir: str | None,
                  seeds: list[HistorySeed], cutoffs: dict[str, int]) -> None:
-        self.triggers = triggers
+        self.triggers = Shipped(triggers)
         self.base_dir = base_dir
         self.seeds = seeds
         self.cutoffs = cutoffs
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Run this task's documents through the engine, in position order."""
-        engine = Engine(self.triggers, base_dir=Path(self.base_dir) if self.base_dir else None)
+        triggers = self.triggers.value
+        engine = Engine(triggers, base_dir=Path(self.base_dir) if self.base_dir else None)
         try:
             with paused_gc():
-                yield from self._run(engine, batches)
+                yield from self._run(engine, triggers, batches)
         finally:
             engine.close()
 
-    def _run(self, engine: Engine, batches: Iterator[pa.RecordBatch]
+    def _run(self, engine: Engine, triggers: TriggerSet, batches: Iterator[pa.RecordBatch]
              ) -> Iterator[pa.RecordBatch]:
         for seed in self.seeds:
             engine.seed_history(seed.trigger, seed.identity, seed.status, seed.ts,
                                 seed.failed, seed.activation)
-        task = _TriggerTask(engine, [t.name for t in self.triggers.triggers], self.cutoffs)
+        task = _TriggerTask(engine, [t.name for t in triggers.triggers], self.cutoffs)
         loads = marshal.loads
         block: int | None = None
         entries: list[tuple[int, int, float | None, Any]] = []
