@@ -39,33 +39,47 @@ def default_partitions(spark: Any) -> int:
     return max(2, 2 * int(spark.sparkContext.defaultParallelism))
 
 
-def make_slots(spark: Any, partitions: int, per_partition: int = 16) -> Slots:
+def make_slots(partitions: int, per_partition: int = 16) -> Slots:
     """Vpart values that Spark's hash partitioning sends to each partition evenly.
 
-    `repartition(n, col)` puts a row in partition pmod(murmur3(col), n); asking Spark
-    which small integers land where gives a table that spreads routing keys over all n
-    partitions, and one value per partition to send a row to every task.
+    `repartition(n, col)` puts a row in partition pmod(murmur3(col), n); computing that
+    hash for small integers gives a table that spreads routing keys over all n partitions,
+    and one value per partition to send a row to every task.
     """
-    from pyspark.sql import functions as F
-
-    wanted = partitions * per_partition * 4
-    rows = (spark.range(wanted).select(F.col("id").cast("int").alias("v"))
-            .select("v", F.expr(f"pmod(hash(v), {partitions})").alias("p")).collect())
     by_partition: dict[int, list[int]] = {p: [] for p in range(partitions)}
-    for row in rows:
-        by_partition[row["p"]].append(row["v"])
-    depth = min(per_partition, *(len(values) for values in by_partition.values()))
-    if depth == 0:
-        raise RuntimeError(f"no vpart value reaches every one of {partitions} partitions")
-    table = tuple(by_partition[p][i] for i in range(depth) for p in range(partitions))
+    value = 0
+    while min(len(values) for values in by_partition.values()) < per_partition:
+        by_partition[spark_hash_int(value) % partitions].append(value)
+        value += 1
+    table = tuple(by_partition[p][i] for i in range(per_partition) for p in range(partitions))
     replicas = tuple(by_partition[p][0] for p in range(partitions))
     return Slots(table, replicas)
+
+
+def spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's `hash()` of an int column (Murmur3_x86_32.hashInt).
+
+    HashPartitioning puts a row in partition pmod(this, number of partitions).
+    """
+    mask = 0xFFFFFFFF
+    k1 = (value & mask) * 0xCC9E2D51 & mask
+    k1 = ((k1 << 15 | k1 >> 17) & mask) * 0x1B873593 & mask
+    h1 = seed ^ k1
+    h1 = (h1 << 13 | h1 >> 19) & mask
+    h1 = (h1 * 5 + 0xE6546B64) & mask
+    h1 ^= 4  # the length in bytes
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & mask
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & mask
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
 
 
 def build(spark: Any, archive: Archive, plan: ReplayPlan) -> Any:
     """The DataFrame of results (RESULT_SCHEMA): journal, documents, held documents."""
     partitions = plan.partitions or default_partitions(spark)
-    slots = make_slots(spark, partitions)
+    slots = make_slots(partitions)
     records = read_records(spark, archive)
     routed = (records.repartition(partitions, "topic", "partition")
               .sortWithinPartitions("kind", "block")
