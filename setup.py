@@ -25,7 +25,8 @@ HERE = Path(__file__).resolve().parent
 # (an interpreted class cannot subclass a compiled one): it stays interpreted.
 COMPILED = [
     "calls", "decision", "durations", "engine", "envelope", "history", "ingress", "joins",
-    "journal", "processor", "running", "scenario", "scripted", "store", "triggers",
+    "journal", "pickling", "processor", "running", "scenario", "scripted", "store",
+    "triggers",
 ]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .pickling import by_fields
 
 NEW = "NEW"
 DUPLICATE = "DUPLICATE"
@@ -33,6 +34,9 @@ class CallContext:
     attempt: int
     message_id: str
     history: dict[str, Any] | None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
 
     # Written out, not generated: compiled, a dataclass __init__ stays interpreted.
     def __init__(self, trigger: str, identity: str, activation: str | None,

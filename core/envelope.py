@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 
+from .pickling import by_fields
+
 # Header names (section 1 and 2 of the spec).
 H_MESSAGE_ID = "message-id"
 H_DELIVERY_COUNT = "delivery-count"
@@ -75,6 +77,9 @@ class Record:
     key: str | None
     headers: dict[str, str]
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
+
     def __init__(self, topic: str, partition: int, offset: int, ts: Timestamp, value: Any,
                  key: str | None = None, headers: dict[str, str] | None = None) -> None:
         self.topic = topic
@@ -118,6 +123,9 @@ class Document:
     key: str | None
     headers: dict[str, str]
     position: int
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
 
     def __init__(self, type: str, identity: str, activation: str | None,
                  envelope: dict[str, Any], ts: Timestamp, topic: str, partition: int,

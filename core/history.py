@@ -12,6 +12,7 @@ from typing import Any
 
 from .envelope import Timestamp
 from .errors import HistoryUnavailable
+from .pickling import by_fields
 from .store import Store
 
 PROCESSING = 1
@@ -40,6 +41,9 @@ class HistoryEntry:
 
     started: Timestamp
     flags: int
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
 
     # Written out, not generated: compiled, a dataclass __init__ stays interpreted.
     def __init__(self, started: Timestamp, flags: int) -> None:

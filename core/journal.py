@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .pickling import by_fields
+
 # Terminal outcomes: exactly one per (trigger, document).
 PROCESSED = "processed"
 ERROR = "error"
@@ -44,6 +46,9 @@ class JournalRecord:
     reason: str | None
     attempt: int | None
     position: int
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
 
     # Written out, not generated: compiled, a dataclass __init__ stays interpreted.
     def __init__(self, trigger: str | None, outcome: str, identity: str | None,

@@ -18,6 +18,7 @@ from .errors import HistoryUnavailable
 from .history import History, history_key
 from .joins import COMPLETE, DISCARDED, JoinBook, join_document
 from .journal import JournalRecord
+from .pickling import by_fields
 from .running import OK, SUSPEND, ServiceResult
 from .store import Store
 from .triggers import TriggerDef
@@ -31,6 +32,9 @@ class Output:
     key: str | None
     value: Any
     headers: dict[str, str]
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
 
 
 @dataclass(init=False, slots=True)

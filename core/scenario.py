@@ -11,6 +11,7 @@ import orjson
 
 from .envelope import NotJson, Record, Timestamp, decode_value
 from .errors import ScenarioError
+from .pickling import by_fields
 from .triggers import TriggerSet, load_triggers
 
 
@@ -24,6 +25,9 @@ class HistorySeed:
     ts: Timestamp
     failed: bool = False
     activation: str | None = None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from .durations import parse_duration
 from .errors import ConfigError
+from .pickling import by_fields
 
 ALL = "all"
 ANY = "any"
@@ -39,6 +40,9 @@ class TopicSettings:
     id_cache_size: int = DEFAULT_ID_CACHE_SIZE
     persist_id_cache: bool = True
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
+
 
 @dataclass(frozen=True, slots=True)
 class TriggerDef:
@@ -62,6 +66,9 @@ class TriggerDef:
     in_doubt: str = ""
     history_sweep_interval: float = 600.0
     resource_check: str | None = None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
 
     @property
     def kind(self) -> str:
@@ -102,6 +109,9 @@ class TriggerSet:
     triggers: tuple[TriggerDef, ...]
     topic_settings: dict[str, TopicSettings] = field(default_factory=dict)
     source: str = "<memory>"
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
 
     @property
     def input_topics(self) -> tuple[str, ...]:
