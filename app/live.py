@@ -39,9 +39,16 @@ BASE_TIME = 1_700_000_000  # seconds; record timestamps are BASE_TIME + ts
 
 
 def live_env(bootstrap: str, prefix: str, partitions: int, data_dir: Path,
-             extra_topics: Iterable[str] = ()) -> dict[str, str]:
-    """Worker settings for a run driven from outside: no wall clock, no sweeps."""
-    return {
+             extra_topics: Iterable[str] = (), *, embedded: bool = True) -> dict[str, str]:
+    """Worker settings for a run driven from outside: no wall clock, no sweeps.
+
+    `embedded`: the broker is the embedded one (tansu), on which a worker's first group join
+    takes half the session timeout, so the worker runs with a 2 s session.  On any other
+    broker the worker keeps its own session settings (ONCEFLOW_SESSION_TIMEOUT and
+    ONCEFLOW_HEARTBEAT_INTERVAL from the environment, else their defaults): Apache Kafka
+    refuses a session shorter than its group.min.session.timeout.ms (6 s by default).
+    """
+    env = {
         "ONCEFLOW_BROKER_URL": f"kafka://{bootstrap}",
         "ONCEFLOW_TOPIC_PREFIX": prefix,
         "ONCEFLOW_PARTITIONS": str(partitions),
@@ -50,17 +57,21 @@ def live_env(bootstrap: str, prefix: str, partitions: int, data_dir: Path,
         "ONCEFLOW_IDLE_TICKS": "false",
         "ONCEFLOW_HISTORY_SWEEPS": "false",
         "ONCEFLOW_MAX_RETRY_WAIT": "0",
-        "ONCEFLOW_SESSION_TIMEOUT": "2",
-        "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3",
         "ONCEFLOW_EXTRA_TOPICS": ",".join(sorted(set(extra_topics))),
     }
+    if embedded:
+        env["ONCEFLOW_SESSION_TIMEOUT"] = "2"
+        env["ONCEFLOW_HEARTBEAT_INTERVAL"] = "0.3"
+    return env
 
 
 class LiveRun:
     """One scenario through one worker, driven record by record."""
 
     def __init__(self, scenario: Scenario, bootstrap: str, workdir: Path, *,
-                 partitions: int | None = None, record_timeout: float = 60.0) -> None:
+                 partitions: int | None = None, record_timeout: float = 60.0,
+                 embedded: bool = True) -> None:
+        """`embedded`: the broker is the embedded one (see live_env)."""
         self.scenario = scenario
         self.bootstrap = bootstrap
         self.workdir = workdir
@@ -73,7 +84,8 @@ class LiveRun:
         self.record_timeout = record_timeout
         self.worker = WorkerProcess(
             scenario.path / "triggers.toml",
-            live_env(bootstrap, self.prefix, self.partitions, workdir / "data", self.topics),
+            live_env(bootstrap, self.prefix, self.partitions, workdir / "data", self.topics,
+                     embedded=embedded),
             workdir / "worker.log")
         self.mapper = JournalMapper()
         self.suspended: set[str] = set()
@@ -204,7 +216,7 @@ def run_live(path: str, *, bootstrap: str | None = None,
     if bootstrap is None:
         broker = EmbeddedBroker(log_path=workdir / "broker.log").start()
         bootstrap = broker.bootstrap
-    run = LiveRun(scenario, bootstrap, workdir)
+    run = LiveRun(scenario, bootstrap, workdir, embedded=broker is not None)
     try:
         return asyncio.run(run.run())
     finally:

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 from onceflow.app.broker import EmbeddedBroker
-from onceflow.app.live import LiveRun
+from onceflow.app.live import LiveRun, live_env, run_live
 from onceflow.app.replay import replay_scenario
+from onceflow.app.settings import WorkerSettings
 from onceflow.scenario import load_scenario
 
 pytestmark = pytest.mark.integration
@@ -70,3 +71,33 @@ def test_live_journal_equals_replay(folder: Path, live_journals: dict[str, Any])
     expected = Counter(five(r.as_dict()) for r in journal)
     got = Counter(five(line) for line in result)
     assert got == expected, f"missing: {expected - got}\nunexpected: {got - expected}"
+
+
+def test_live_runs_shorten_the_group_session_only_on_the_embedded_broker(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Apache Kafka refuses a session timeout below group.min.session.timeout.ms (6 s by
+    # default), so `onceflow replay --live --broker URL` keeps the worker's own settings.
+    embedded = live_env("127.0.0.1:9092", "p.", 2, tmp_path)
+    assert embedded["ONCEFLOW_SESSION_TIMEOUT"] == "2"
+    given = live_env("kafka:9092", "p.", 2, tmp_path, embedded=False)
+    assert "ONCEFLOW_SESSION_TIMEOUT" not in given
+    assert "ONCEFLOW_HEARTBEAT_INTERVAL" not in given
+
+    made: list[LiveRun] = []
+
+    async def no_run(self: LiveRun) -> list[dict[str, Any]]:
+        made.append(self)
+        return []
+
+    monkeypatch.setattr(LiveRun, "run", no_run)
+    monkeypatch.setattr(LiveRun, "stop", lambda self: None)
+    monkeypatch.delenv("ONCEFLOW_SESSION_TIMEOUT", raising=False)
+    assert run_live(str(SCENARIOS[0]), bootstrap="kafka.example:9092") == []
+    (run,) = made
+    assert "ONCEFLOW_SESSION_TIMEOUT" not in run.worker.env
+    # So the worker takes its default, which Kafka accepts.
+    for name, value in run.worker.env.items():
+        monkeypatch.setenv(name, value)
+    assert WorkerSettings.from_env().session_timeout >= 6
+    assert LiveRun(load_scenario(SCENARIOS[0]), "127.0.0.1:9092", tmp_path
+                   ).worker.env["ONCEFLOW_SESSION_TIMEOUT"] == "2"
