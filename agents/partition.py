@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 from onceflow import journal as J
-from onceflow.engine import build_processors, dead_letter
+from onceflow.engine import DEAD_LETTER_TOPIC, build_processors, dead_letter
 from onceflow.envelope import Document, Record, decode_value, envelope_fields
 from onceflow.history import COMPLETED, FAILED, PROCESSING, history_key
 from onceflow.ingress import Ingress
@@ -177,13 +177,44 @@ class PartitionWorker(ControlMixin):
             if self.batch.suspending_runs and (self.now is None or doc.ts > self.now):
                 await self.settle()
             self._advance(doc.ts)
+            unknown = []
             for name in message["t"]:
                 processor = self.processors.get(name)
                 if processor is not None:
                     await self.take(processor, doc)
+                else:
+                    unknown.append(name)
+            if unknown:
+                self._unknown_triggers(unknown, doc)
             return
         await self.settle()
         await self.handle_control(str(kind), message)
+
+    def _unknown_triggers(self, names: list[str], doc: Document) -> None:
+        """A document routed here for triggers this worker does not have: keep it.
+
+        During a rolling change of the trigger file a worker with the new file can route a
+        document to one still running the old file (or the other way round).  Each such
+        trigger gets an `error` journal record, and the document goes to the dead-letter
+        topic; `onceflow resubmit TRIGGER --outcome error` runs it once every worker has
+        the trigger.
+        """
+        listed = ", ".join(repr(name) for name in names)
+        subject = f"trigger {listed} is" if len(names) == 1 else f"triggers {listed} are"
+        reason = (f"{subject} not defined on this worker: a worker with another trigger "
+                  f"file routed this document here; the document went to "
+                  f"{DEAD_LETTER_TOPIC}; once every worker runs the same trigger file, "
+                  f"resubmit it (onceflow resubmit TRIGGER --outcome error)")
+        for name in names:
+            self.journal.append(JournalRecord(name, J.ERROR, doc.identity, doc.activation,
+                                              doc.ts, doc.topic, doc.partition, doc.offset,
+                                              reason, None, doc.position))
+        record = Record(doc.topic, doc.partition, doc.offset, doc.ts, doc.envelope, doc.key,
+                        doc.headers)
+        letter = dead_letter(record, reason)
+        letter.value["triggers"] = names
+        letter.value["identity"] = doc.identity
+        self.outputs.append(letter)
 
     # -- deciding ---------------------------------------------------------------------
 
