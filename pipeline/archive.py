@@ -10,9 +10,10 @@ The read stage itself is in `read_stage.py`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from onceflow.errors import OnceflowError
 
@@ -109,14 +110,77 @@ def list_archive(spark: Any, path: str) -> Archive:
     return Archive(path, tuple(sorted(found)))
 
 
+def direct_io(spark: Any) -> bool:
+    """Whether the tasks read and write local files themselves, not through Spark.
+
+    Only with a local master, where the tasks run on this machine; the setting
+    `spark.onceflow.direct=false` turns it off (everything through Spark's own readers
+    and writers, as on a cluster).
+    """
+    if not str(spark.sparkContext.master).startswith("local"):
+        return False
+    return str(spark.conf.get("spark.onceflow.direct", "true")).lower() != "false"
+
+
+def local_path(spark: Any, file: str) -> str | None:
+    """The path of an uncompressed JSON-lines file that the tasks can open themselves.
+
+    Only with a local master (the tasks run on this machine) and a `file:` path, unless
+    `spark.onceflow.direct` is false.
+    """
+    if not direct_io(spark):
+        return None
+    if not file.startswith("file:") or not file.lower().endswith(JSON_SUFFIXES):
+        return None
+    path = urlsplit(file).path
+    return unquote(path) if os.path.isfile(unquote(path)) else None
+
+
+def local_splits(spark: Any, files: dict[str, str]) -> list[list[tuple[str, str, int, int]]]:
+    """Splits of local files packed into tasks as Spark packs a file scan's splits.
+
+    Split size: spark.sql.files.maxPartitionBytes, but no more than a fair share of the
+    bytes per core; a file costs spark.sql.files.openCostInBytes more.
+    """
+    conf = spark._jsparkSession.sessionState().conf()
+    max_bytes, open_cost = int(conf.filesMaxPartitionBytes()), int(conf.filesOpenCostInBytes())
+    sizes = {file: os.path.getsize(path) for file, path in files.items()}
+    parallelism = int(spark.sparkContext.defaultParallelism)
+    per_core = sum(size + open_cost for size in sizes.values()) // max(1, parallelism)
+    split_bytes = max(1, min(max_bytes, max(open_cost, per_core)))
+    splits = [(file, path, start, min(start + split_bytes, sizes[file]))
+              for file, path in files.items()
+              for start in range(0, max(1, sizes[file]), split_bytes)]
+    splits.sort(key=lambda split: split[3] - split[2], reverse=True)
+    tasks: list[list[tuple[str, str, int, int]]] = []
+    current: list[tuple[str, str, int, int]] = []
+    current_bytes = 0
+    for split in splits:
+        if current and current_bytes + split[3] - split[2] > split_bytes:
+            tasks.append(current)
+            current, current_bytes = [], 0
+        current.append(split)
+        current_bytes += split[3] - split[2] + open_cost
+    if current:
+        tasks.append(current)
+    return tasks
+
+
 def read_records(spark: Any, archive: Archive) -> Any:
     """The read stage: a DataFrame of READ_SCHEMA rows over every file of the archive."""
-    from .read_stage import ReadLines, ReadParquet
+    from .read_stage import ReadLines, ReadLocalLines, ReadParquet
 
     ranks = archive.ranks()
     frames = []
-    if archive.json_files:
-        lines = spark.read.text(archive.json_files).select(
+    local = {file: path for file in archive.json_files
+             if (path := local_path(spark, file)) is not None}
+    if local:
+        tasks = local_splits(spark, local)
+        frames.append(spark.range(0, len(tasks), 1, len(tasks))
+                      .mapInArrow(ReadLocalLines(ranks, tasks), READ_DDL))
+    others = [file for file in archive.json_files if file not in local]
+    if others:
+        lines = spark.read.text(others).select(
             "value", "_metadata.file_path", "_metadata.file_block_start"
         )
         frames.append(lines.mapInArrow(ReadLines(ranks), READ_DDL))

@@ -17,6 +17,7 @@ from onceflow.triggers import TriggerSet
 
 from .archive import Archive, read_records
 from .ingress_stage import IngressStage, Slots
+from .local_output import MANIFEST_DDL
 from .rows import RESULT_DDL, ROUTED_DDL
 from .trigger_stage import TriggerStage
 
@@ -76,8 +77,13 @@ def spark_hash_int(value: int, seed: int = 42) -> int:
     return h1 - (1 << 32) if h1 & 0x80000000 else h1
 
 
-def build(spark: Any, archive: Archive, plan: ReplayPlan) -> Any:
-    """The DataFrame of results (RESULT_SCHEMA): journal, documents, held documents."""
+def build(spark: Any, archive: Archive, plan: ReplayPlan, results_dir: str | None = None
+          ) -> Any:
+    """The DataFrame of results (RESULT_SCHEMA): journal, documents, held documents.
+
+    With `results_dir` (a local folder, local master), the trigger stage writes the results
+    there and the DataFrame holds the tasks' manifests (MANIFEST_SCHEMA) instead.
+    """
     partitions = plan.partitions or default_partitions(spark)
     slots = make_slots(partitions)
     records = read_records(spark, archive)
@@ -86,5 +92,6 @@ def build(spark: Any, archive: Archive, plan: ReplayPlan) -> Any:
               .mapInArrow(IngressStage(plan.triggers, slots, archive.files), ROUTED_DDL))
     return (routed.repartition(partitions, "vpart")
             .sortWithinPartitions("kind", "block")
-            .mapInArrow(TriggerStage(plan.triggers, plan.base_dir, plan.seeds, plan.cutoffs),
-                        RESULT_DDL))
+            .mapInArrow(TriggerStage(plan.triggers, plan.base_dir, plan.seeds, plan.cutoffs,
+                                     results_dir),
+                        MANIFEST_DDL if results_dir is not None else RESULT_DDL))

@@ -117,7 +117,7 @@ class _Splits:
         return f"{self.file} line {self.row} of the block at byte {self.start}"
 
 
-def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str) -> None:
+def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str | bytes) -> None:
     """Check what routing and time need; a line that is not a record goes on as malformed.
 
     The core's parse_record_line has the last word; it runs here only for a line that
@@ -146,6 +146,8 @@ def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str) -> Non
                 return
     else:
         reason = "expected a JSON object"
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
     out.malformed.append((pos, splits.where(), reason, text))
 
 
@@ -215,6 +217,102 @@ class ReadLines:
         rows = out.batch()
         if rows is not None:
             yield rows
+
+
+# Lines of a split handled as one block by the local reader (as an Arrow batch would be).
+BLOCK_LINES = 10_000
+# Bytes read from a file at a time by the local reader.
+READ_BYTES = 8 << 20
+
+
+class ReadLocalLines:
+    """The read stage over JSON-lines files on the local disk, read by the task itself.
+
+    With a local master, the task opens the file and reads its split: Spark's text reader
+    would read the lines in the JVM and hand them over through Arrow, which cost more CPU
+    than parsing them.  A split takes the lines that start in its byte range (a line
+    starts at the beginning of the file or after a newline), so every line belongs to
+    exactly one split; lines end at LF, CR LF or CR, as in Hadoop's line reader.  Input
+    rows: the index of one task in `tasks`, each a list of splits (archive path, local
+    path, start, end).
+    """
+
+    def __init__(self, ranks: dict[str, int],
+                 tasks: list[list[tuple[str, str, int, int]]]) -> None:
+        self.ranks = ranks
+        self.tasks = tasks
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Read, parse and route the lines of this task's splits."""
+        with paused_gc():
+            for batch in batches:
+                for task in batch.column(0).to_pylist():
+                    yield from self._run(self.tasks[task])
+
+    def _run(self, task: list[tuple[str, str, int, int]]) -> Iterator[pa.RecordBatch]:
+        loads = orjson.loads
+        decode_error = orjson.JSONDecodeError
+        splits = _Splits(self.ranks, "line")
+        out = _Blocks()
+        for file, path, start, end in task:
+            splits.enter(file, start, start, out)
+            for lines in _split_lines(path, start, end):
+                for line in lines:
+                    pos = splits.base + splits.row
+                    splits.row += 1
+                    if out.block is None:
+                        out.block = pos
+                    try:
+                        item = loads(line)
+                    except decode_error as exc:
+                        if not line.strip():
+                            continue  # blank lines are skipped, as replay skips them
+                        out.malformed.append((pos, splits.where(), f"not a JSON line: {exc}",
+                                              line.decode("utf-8", "replace")))
+                        continue
+                    _route(item, pos, splits, out, line)
+                out.close_block()
+                rows = out.batch()
+                if rows is not None:
+                    yield rows
+        splits.close(out)
+        rows = out.batch()
+        if rows is not None:
+            yield rows
+
+
+def _split_lines(path: str, start: int, end: int) -> Iterator[list[bytes]]:
+    """The lines that start in [start, end) of a file, BLOCK_LINES at most at a time."""
+    with open(path, "rb") as handle:
+        if start > 0:
+            handle.seek(start - 1)
+            handle.readline()  # the rest of the line that starts before this split
+        position = handle.tell()
+        rest = b""
+        pending: list[bytes] = []
+        while position < end:
+            data = handle.read(min(READ_BYTES, end - position))
+            if not data:
+                break
+            position += len(data)
+            if position >= end and not data.endswith(b"\n"):
+                data += handle.readline()  # the last line goes on past the split
+            data = rest + data
+            cut = data.rfind(b"\n") + 1
+            if position < end and cut:
+                data, rest = data[:cut], data[cut:]
+            elif position < end:
+                rest = data
+                continue
+            else:
+                rest = b""
+            pending.extend(data.splitlines())
+            while len(pending) >= BLOCK_LINES:
+                yield pending[:BLOCK_LINES]
+                del pending[:BLOCK_LINES]
+        pending.extend(rest.splitlines())
+        if pending:
+            yield pending
 
 
 class ReadParquet:

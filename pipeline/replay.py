@@ -13,6 +13,8 @@ The output folder (local or any Hadoop file system) holds:
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,7 +24,8 @@ import orjson
 import pyarrow as pa
 from onceflow.journal import SUSPENDED
 
-from .archive import Archive
+from .archive import Archive, direct_io
+from .local_output import Manifest, commit
 from .plan import STAGE_NAMES, ReplayPlan, build
 from .rows import DOCUMENTS, HELD, JOURNAL
 from .session import Progress
@@ -131,6 +134,12 @@ class _Files:
         self.root = self._path(root)
         self.fs = self.root.getFileSystem(conf)
 
+    def local_folder(self) -> str | None:
+        """The output folder as a local path, when it is on the local file system."""
+        if str(self.fs.getScheme()) != "file":
+            return None
+        return str(self.fs.makeQualified(self.root).toUri().getPath())
+
     def path(self, name: str) -> Any:
         return self._path(self.root, name)
 
@@ -161,12 +170,57 @@ class _Files:
 
 
 def replay_to_files(spark: Any, archive: Archive, plan: ReplayPlan, output: str,
-                    progress: Progress) -> ReplaySummary:
-    """Run the replay and write the output folder (see the module docstring)."""
-    from pyspark.sql import functions as F
+                    progress: Progress, *, direct: bool | None = None) -> ReplaySummary:
+    """Run the replay and write the output folder (see the module docstring).
 
+    `direct`: the trigger stage's tasks write the output files themselves
+    (`local_output.py`); by default when the output folder is local and `direct_io` holds
+    (a local master).  Otherwise Spark's writer writes them.
+    """
     started = time.monotonic()
     files = _Files(spark, output)
+    folder = files.local_folder()
+    if direct is None:
+        direct = folder is not None and direct_io(spark)
+    if direct:
+        if folder is None:
+            raise PipelineError(f"{output}: direct output needs a local folder")
+        summary = _replay_direct(spark, archive, plan, folder, progress)
+    else:
+        summary = _replay_with_spark_writer(spark, archive, plan, files, progress)
+    summary.seconds = time.monotonic() - started
+    files.write("summary.json", orjson.dumps(summary.as_json(), option=orjson.OPT_INDENT_2))
+    return summary
+
+
+def _replay_direct(spark: Any, archive: Archive, plan: ReplayPlan, folder: str,
+                   progress: Progress) -> ReplaySummary:
+    summary = ReplaySummary()
+    root = os.path.join(folder, "_results")
+    for attempt in (1, 2):
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(root)
+        frame = build(spark, archive, plan, results_dir=root)
+        with progress.job(f"replay pass {attempt}", STAGE_NAMES):
+            manifest = Manifest.of(frame.toArrow())
+        found = {trigger: first for (trigger, outcome), first in manifest.first.items()
+                 if outcome == SUSPENDED and trigger is not None}
+        if found == plan.cutoffs:
+            break
+        if attempt == 2:
+            raise PipelineError(f"suspensions moved between passes: {plan.cutoffs} -> {found}")
+        plan.cutoffs = found
+        summary.passes = 2
+    commit(root, folder, manifest)
+    summary.counts, summary.held = manifest.counts, manifest.held
+    summary.cutoffs = dict(plan.cutoffs)
+    return summary
+
+
+def _replay_with_spark_writer(spark: Any, archive: Archive, plan: ReplayPlan, files: _Files,
+                              progress: Progress) -> ReplaySummary:
+    from pyspark.sql import functions as F
+
     summary = ReplaySummary()
     results = "_results"
     for attempt in (1, 2):
@@ -207,6 +261,4 @@ def replay_to_files(spark: Any, archive: Archive, plan: ReplayPlan, output: str,
                         for row in held.groupBy("trigger").count().collect()}
         files.move(f"{results}/dataset={HELD}", "held.parquet")
     files.remove(results)
-    summary.seconds = time.monotonic() - started
-    files.write("summary.json", orjson.dumps(summary.as_json(), option=orjson.OPT_INDENT_2))
     return summary

@@ -33,6 +33,7 @@ from onceflow.processor import Sink
 from onceflow.scenario import HistorySeed
 from onceflow.triggers import TriggerSet
 
+from .local_output import write_results
 from .rows import SUMMARY, ResultBuilder, final_of, paused_gc
 from .shipping import Shipped
 
@@ -62,17 +63,29 @@ class SplitTimes:
 
 
 class TriggerStage:
-    """mapInArrow function: ROUTED_SCHEMA rows in, RESULT_SCHEMA rows out."""
+    """mapInArrow function: ROUTED_SCHEMA rows in, RESULT_SCHEMA rows out.
+
+    With `results_dir` (a local folder), the task writes its results there itself and
+    returns its manifest instead (MANIFEST_SCHEMA, `local_output.py`).
+    """
 
     def __init__(self, triggers: TriggerSet, base_dir: str | None,
-                 seeds: list[HistorySeed], cutoffs: dict[str, int]) -> None:
+                 seeds: list[HistorySeed], cutoffs: dict[str, int],
+                 results_dir: str | None = None) -> None:
         self.triggers = Shipped(triggers)
         self.base_dir = base_dir
         self.seeds = seeds
         self.cutoffs = cutoffs
+        self.results_dir = results_dir
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Run this task's documents through the engine, in position order."""
+        if self.results_dir is not None:
+            yield from write_results(self._results(batches), self.results_dir)
+        else:
+            yield from self._results(batches)
+
+    def _results(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         triggers = self.triggers.value
         engine = Engine(triggers, base_dir=Path(self.base_dir) if self.base_dir else None)
         try:

@@ -35,19 +35,25 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_scenario(folder, generate_lines(DOCUMENTS))
 
 
-@pytest.fixture(scope="module")
-def spark_output(spark: Any, generated: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=["direct", "through-spark"])
+def spark_output(request: pytest.FixtureRequest, spark: Any, generated: Path,
+                 tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The output folder; "direct": the tasks read the archive and write the output files
+    themselves (a local master's default), "through-spark": Spark's text reader and
+    Parquet writer, as on a cluster."""
     output = tmp_path_factory.mktemp("spark") / "out"
     scenario = load_scenario(generated)
     # Small splits: the 21 MB file is read as about ten splits in two tasks, so positions,
     # blocks and partition time are rebuilt across split boundaries.
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(2 << 20))
+    spark.conf.set("spark.onceflow.direct", "true" if request.param == "direct" else "false")
     try:
         replay_to_files(spark, list_archive(spark, str(generated / "input.jsonl")),
                         ReplayPlan(scenario.triggers, str(generated), partitions=2),
                         str(output), Progress(spark, stream=io.StringIO()))
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        spark.conf.unset("spark.onceflow.direct")
     return output
 
 

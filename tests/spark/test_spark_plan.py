@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,3 +37,25 @@ def test_replicas_reach_every_task_and_the_table_spreads_evenly(spark: Any,
     landed = tasks(slots.table)
     assert all(landed.count(task) == len(slots.table) // partitions
                for task in range(partitions))
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("last_newline", [True, False])
+def test_local_splits_give_every_line_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           ending: bytes, last_newline: bool) -> None:
+    from onceflow.pipeline import read_stage
+
+    monkeypatch.setattr(read_stage, "READ_BYTES", 37)  # reads that end inside lines
+    monkeypatch.setattr(read_stage, "BLOCK_LINES", 9)
+
+    lines = [b"x" * (i % 7) + str(i).encode() for i in range(300)]
+    lines[5] = lines[6] = b""  # blank lines are lines too
+    data = ending.join(lines) + (ending if last_newline else b"")
+    path = tmp_path / "input.jsonl"
+    path.write_bytes(data)
+    for size in (1, 2, 3, 5, 64, 1000, len(data)):
+        got = [line for start in range(0, len(data), size)
+               for block in read_stage._split_lines(str(path), start,
+                                                    min(start + size, len(data)))
+               for line in block]
+        assert got == lines, size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -9,11 +10,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from onceflow.app.replay import replay_scenario
 from onceflow.pipeline.archive import list_archive
 from onceflow.pipeline.plan import ReplayPlan
-from onceflow.pipeline.replay import journal_lines, replay_in_memory
+from onceflow.pipeline.replay import journal_lines, replay_in_memory, replay_to_files
+from onceflow.pipeline.session import Progress
 from onceflow.scenario import load_scenario
 
 from .support import SCENARIOS, SHARED, five, multiset, scenario_dirs
@@ -51,6 +54,42 @@ def test_suspension_holds_later_documents_of_the_trigger_in_every_group(spark: A
                                              partitions=2))
     assert summary.passes == 2
     assert summary.held == {"fragile": 3}
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "through-spark"])
+def test_output_folder_of_a_suspending_scenario(spark: Any, tmp_path: Path,
+                                                direct: bool) -> None:
+    # The output folder, written by the tasks themselves or by Spark's writer: the
+    # journal as Parquet and JSON lines, the documents, the held documents, the summary.
+    folder = SCENARIOS / "suspend_on_retry_failure"
+    scenario = load_scenario(folder)
+    output = tmp_path / "out"
+    (output / "documents" / "stale-topic").mkdir(parents=True)
+    summary = replay_to_files(spark, list_archive(spark, str(folder)),
+                              ReplayPlan(scenario.triggers, str(folder), scenario.history,
+                                         partitions=2),
+                              str(output), Progress(spark, stream=io.StringIO()),
+                              direct=direct)
+    journal, outputs, _ = replay_scenario(scenario)
+    lines = [line for part in sorted((output / "journal.jsonl").glob("part-*"))
+             for line in part.read_bytes().splitlines()]
+    assert multiset(lines) == Counter(five(record.as_dict()) for record in journal)
+    parquet = pq.read_table(output / "journal.parquet")
+    assert parquet.num_rows == len(journal)
+    assert sorted(parquet.column("json").to_pylist()) == sorted(x.decode() for x in lines)
+    assert summary.passes == 2 and summary.held == {"fragile": 3}
+    held = pq.read_table(output / "held.parquet")
+    assert held.column("trigger").to_pylist() == ["fragile"] * 3
+    written = json.loads((output / "summary.json").read_text())
+    assert written["held"] == {"fragile": 3} and written["passes"] == 2
+    assert sum(row["count"] for row in written["counts"]) == len(journal)
+    topics = {item.topic for item in outputs}
+    assert {p.name for p in (output / "documents").iterdir() if p.is_dir()} == topics
+    for topic in topics:
+        got = [line for part in (output / "documents" / topic).glob("part-*")
+               for line in part.read_bytes().splitlines()]
+        assert len(got) == sum(1 for item in outputs if item.topic == topic)
+    assert not (output / "_results").exists()
 
 
 def test_cli_replay_spark_prints_the_expected_journal() -> None:
