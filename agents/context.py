@@ -31,6 +31,9 @@ class WorkerOptions:
     idle_after: float = 2.0
     history_sweeps: bool = True
     max_document_bytes: int = 1_000_000
+    # The largest record batch the broker takes (Kafka's message.max.bytes): nothing the
+    # worker writes may be larger (see limits.py).
+    max_record_bytes: int = 1_048_588
     # Topics read although no trigger takes documents from them: every record on them is
     # bad input (a live replay reads every topic its scenario writes).
     extra_topics: tuple[str, ...] = ()

@@ -51,13 +51,17 @@ class OnceflowApp(faust.App):
         await super().on_start()
         self.consumer.bulk_delivery = self.bulk_delivery
         if self.onceflow_producer is None:
+            bootstrap = bootstrap_of(self.conf.broker_producer)
+            limit = self.runtime.options.max_record_bytes
+            # A producer batch never exceeds what the broker takes (a record that does not
+            # fit beside others goes in a batch of its own, within the limit: limits.py).
             producer = AIOKafkaProducer(
-                bootstrap_servers=bootstrap_of(self.conf.broker_producer),
-                acks="all", enable_idempotence=False, linger_ms=0,
-                max_batch_size=1024 * 1024, max_request_size=8 * 1024 * 1024)
+                bootstrap_servers=bootstrap, acks="all", enable_idempotence=False,
+                linger_ms=0, max_batch_size=min(1024 * 1024, limit),
+                max_request_size=max(8 * 1024 * 1024, limit + 1024))
             await producer.start()
             self.onceflow_producer = producer
-            self.runtime.sender = KafkaSender(producer)
+            self.runtime.sender = KafkaSender(producer, max_record_bytes=limit)
 
     async def on_stop(self) -> None:
         """Stop the producer after Faust stopped consuming."""

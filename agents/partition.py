@@ -29,14 +29,16 @@ from onceflow.envelope import Document, Record, decode_value, envelope_fields
 from onceflow.history import COMPLETED, FAILED, PROCESSING, history_key
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
-from onceflow.processor import HELD, Run, Sink, TriggerProcessor
+from onceflow.processor import HELD, Output, Run, Sink, TriggerProcessor
 from onceflow.tables.outbox import Outbox
 from onceflow.tables.state import PartitionStore, TableBuffer, UndoLog, flush_state
+from onceflow.triggers import ALL
 
-from . import wire
+from . import limits, wire
 from .batch import SubBatch, Take, complete_runs, run_services, suspends
 from .context import Shared
 from .controls import ControlMixin
+from .outputs import fit_take
 
 SEP = "\x1f"
 _SUSPENDED = "suspended" + SEP
@@ -127,7 +129,10 @@ class PartitionWorker(ControlMixin):
                                                               self.journal)
         if document is None:
             if rejected is not None:
-                self.outputs.append(dead_letter(record, rejected))
+                letter = dead_letter(record, rejected)
+                if limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
+                    letter.value["size"] = len(value or b"")
+                self.outputs.append(letter)
             return
         remote: dict[int, list[str]] | None = None
         partitions = rt.options.partitions
@@ -142,9 +147,42 @@ class PartitionWorker(ControlMixin):
                 remote.setdefault(target, []).append(trigger.name)
         if remote:
             for target, names in remote.items():
-                self.outbox.add(rt.names.route, target, wire.routing_key(
-                    self.processors[names[0]].trigger, document).encode(),
-                    wire.doc_message(names, document))
+                key = wire.routing_key(self.processors[names[0]].trigger, document).encode()
+                message = wire.doc_message(names, document)
+                size = limits.record_size(key, message)
+                if size > rt.options.max_record_bytes:
+                    for name in names:
+                        self._too_large(self.processors[name], document, limits.too_large(
+                            f"the document with its routing data to partition {target}",
+                            size, rt.options.max_record_bytes))
+                    continue
+                self.outbox.add(rt.names.route, target, key, message)
+
+    def _too_large(self, processor: TriggerProcessor, doc: Document, why: str,
+                   sink: Sink | None = None) -> None:
+        """Bad input for a trigger: the document cannot be routed, held or joined whole.
+
+        Journal `bad-input`; the trigger's error topic gets an error document (BadInput)
+        that refers to the input record, which stays on its topic.
+        """
+        trigger = processor.trigger
+        if sink is None:
+            sink = Sink(self.journal, self.outputs)
+        reason = (f"{why}: trigger {trigger.name!r} does not take it; the record stays on "
+                  f"its topic")
+        sink.journal.append(JournalRecord(trigger.name, J.BAD_INPUT, doc.identity,
+                                          doc.activation, doc.ts, doc.topic, doc.partition,
+                                          doc.offset, reason, None, doc.position))
+        headers = {"dup-id": f"{trigger.name}:{doc.identity}", "trigger": trigger.name,
+                   "identity": doc.identity}
+        if doc.activation is not None:
+            headers["activation"] = doc.activation
+        error = Output(trigger.error, doc.key or doc.activation, {
+            "trigger": trigger.name, "identity": doc.identity, "activation": doc.activation,
+            "error": {"type": "BadInput", "message": reason}, "attempts": 0,
+            "documents": [limits.reference(doc)]}, headers)
+        limits.fit(error, "error", [doc], self.rt.options.max_record_bytes)
+        sink.output(error)
 
     def _oversized(self, record: Record, value: bytes, size: int) -> None:
         limit = self.rt.options.max_document_bytes
@@ -160,6 +198,7 @@ class PartitionWorker(ControlMixin):
         letter = dead_letter(record, reason)
         letter.value.pop("value", None)  # by reference only: the record is on its topic
         letter.value["size"] = size
+        limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes)  # its headers
         self.outputs.append(letter)
 
     async def _route_message(self, delivery: wire.Delivery) -> None:
@@ -214,6 +253,7 @@ class PartitionWorker(ControlMixin):
         letter = dead_letter(record, reason)
         letter.value["triggers"] = names
         letter.value["identity"] = doc.identity
+        limits.fit(letter, "dead-letter", [doc], self.rt.options.max_record_bytes)
         self.outputs.append(letter)
 
     # -- deciding ---------------------------------------------------------------------
@@ -236,11 +276,31 @@ class PartitionWorker(ControlMixin):
         finally:
             if undo is not None:
                 self._set_undo(processor, None)
+        if result is None and processor.trigger.kind == ALL and sink.journal and \
+                sink.journal[-1].outcome == J.JOIN_PENDING:
+            self._check_join(processor, doc, sink)
         take = Take(processor, doc, sink, result if isinstance(result, Run) else None, undo)
         batch.add(take)
         if result is HELD:
             self.hold(processor, [doc])
             self.broadcast_suspend(processor)
+
+    def _check_join(self, processor: TriggerProcessor, doc: Document, sink: Sink) -> None:
+        """An open join that would be too large for its changelog record does not take doc."""
+        activation = doc.activation
+        assert activation is not None and processor.joins is not None
+        name = processor.trigger.name
+        state = self.joins[name].get(activation)
+        limit = self.rt.options.max_record_bytes
+        size = limits.record_size((name + SEP + activation).encode(), orjson.dumps(state))
+        if size <= limit:
+            return
+        members = {t: m for t, m in state["members"].items() if t != doc.type}
+        processor.joins.restore(activation, {**state, "members": members} if members else None)
+        sink.journal.pop()
+        self._too_large(processor, doc, limits.too_large(
+            f"the open join of activation {limits.clip(activation)!r} with this document",
+            size, limit), sink)
 
     def _set_undo(self, processor: TriggerProcessor, undo: UndoLog | None) -> None:
         name = processor.trigger.name
@@ -263,10 +323,12 @@ class PartitionWorker(ControlMixin):
                 self.broadcast_suspend(take.processor)
 
             complete_runs(batch, hold)
+        limit = rt.options.max_record_bytes
         for take in batch.takes:
             if not take.rolled_back:
                 self.journal.extend(take.sink.journal)
                 if take.sink.outputs:
+                    fit_take(take, limit)
                     self.outputs.extend(take.sink.outputs)
         batch.clear()
         now = self.now
@@ -281,7 +343,7 @@ class PartitionWorker(ControlMixin):
     async def _flush(self) -> None:
         rt = self.rt
         if self.journal:
-            wire.add_journal(self.outbox, rt.names, self.journal)
+            wire.add_journal(self.outbox, rt.names, self.journal, rt.options.max_record_bytes)
             rt.metrics.count_journal(self.journal)
             self.journal = []
         if self.outputs:
@@ -333,9 +395,18 @@ class PartitionWorker(ControlMixin):
         name = processor.trigger.name
         keys = self.held[name]
         last = int(keys[-1].rsplit(SEP, 1)[1]) if keys else 0
-        for offset, doc in enumerate(docs, 1):
-            key = f"{_HELD}{name}{SEP}{last + offset:012d}"
-            self.control[key] = doc.to_json()
+        limit = self.rt.options.max_record_bytes
+        sink = Sink(self.journal, self.outputs)
+        for doc in docs:
+            last += 1
+            key = f"{_HELD}{name}{SEP}{last:012d}"
+            data = doc.to_json()
+            size = limits.record_size(key.encode(), orjson.dumps(data))
+            if size > limit:
+                self._too_large(processor, doc, limits.too_large(
+                    "the document held for the suspended trigger", size, limit), sink)
+                continue
+            self.control[key] = data
             keys.append(key)
 
     def set_suspended(self, processor: TriggerProcessor, reason: str) -> None:

@@ -126,13 +126,19 @@ def add_control(outbox: Outbox, names: Names, partition: int, kind: str,
     outbox.add(names.route, partition, kind.encode(), control_message(kind, **fields))
 
 
-def add_journal(outbox: Outbox, names: Names, records: list[JournalRecord]) -> None:
-    """Queue journal records, keyed by identity."""
+def add_journal(outbox: Outbox, names: Names, records: list[JournalRecord],
+                limit: int | None = None) -> None:
+    """Queue journal records, keyed by identity (clipped to fit `limit` when one is given)."""
     topic = names.journal
     dumps = orjson.dumps
     for record in records:
         key = record.identity.encode() if record.identity is not None else None
-        outbox.add(topic, None, key, dumps(record.as_dict()))
+        value = dumps(record.as_dict())
+        if limit is not None and len(value) + len(key or b"") > limit - 4096:
+            from .limits import fit_journal
+
+            key, value = fit_journal(record, key, value, limit)
+        outbox.add(topic, None, key, value)
 
 
 def add_outputs(outbox: Outbox, names: Names, outputs: list[Output]) -> None:

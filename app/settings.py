@@ -36,6 +36,9 @@ class WorkerSettings(BaseSettings):
     idle_after: float = Field(2.0, ge=0, description="seconds without records = idle")
     history_sweeps: bool = Field(True, description="remove history entries past their TTL")
     max_document_bytes: int = Field(1_000_000, ge=1, description="larger values: bad input")
+    max_record_bytes: int = Field(
+        1_048_588, ge=16_384,
+        description="largest record batch the broker takes (Kafka's message.max.bytes)")
     extra_topics: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="comma-separated topics read although no trigger reads them")
     session_timeout: float = Field(10.0, gt=0, description="consumer group session, seconds")
@@ -85,7 +88,7 @@ class WorkerSettings(BaseSettings):
             max_retry_wait=self.max_retry_wait, tick_interval=self.tick_interval,
             idle_ticks=self.idle_ticks, idle_after=self.idle_after,
             history_sweeps=self.history_sweeps, max_document_bytes=self.max_document_bytes,
-            extra_topics=self.extra_topics)
+            max_record_bytes=self.max_record_bytes, extra_topics=self.extra_topics)
 
     def faust_settings(self) -> dict[str, Any]:
         """Settings of the Faust app (see docs/operations.md for why each is set)."""

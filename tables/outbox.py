@@ -53,6 +53,25 @@ def partition_for(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
+# A record batch header (61 bytes) and the framing of one record in it at its largest
+# (length, attributes, timestamp and offset deltas, key and value lengths, header count).
+RECORD_OVERHEAD = 61 + 5 + 1 + 10 + 5 + 5 + 5 + 5
+HEADER_OVERHEAD = 10  # two length varints a header
+
+
+def record_size(key: bytes | None, value: bytes | None,
+                headers: Sequence[tuple[str, bytes]] = ()) -> int:
+    """The bytes of a record batch that holds only this record (an upper bound).
+
+    Kafka refuses a batch larger than `message.max.bytes`; a record that fits no batch
+    beside others is sent in one of its own.
+    """
+    size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
+    for name, data in headers:
+        size += HEADER_OVERHEAD + len(name.encode()) + len(data or b"")
+    return size
+
+
 class OutRecord(NamedTuple):
     """One record to produce."""
 
@@ -99,10 +118,13 @@ class Sender(Protocol):
 class KafkaSender:
     """An outbox through one aiokafka producer, one producer batch per topic-partition."""
 
-    def __init__(self, producer: Any) -> None:
+    def __init__(self, producer: Any, *, max_record_bytes: int | None = None) -> None:
         self._producer = producer
         self._partitions: dict[str, int] = {}
         self._spread = itertools.count()
+        # Records are made to fit before they get here (agents/limits.py); one that does not
+        # stops the batch here with its topic and size, not at the broker.
+        self._limit = max_record_bytes
 
     async def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
@@ -127,10 +149,14 @@ class KafkaSender:
                 grouped.setdefault((topic, chosen), []).append(record)
         pending: list[tuple[TopicPartition, int, Any]] = []
         producer = self._producer
+        limit = self._limit
         for (topic, partition), records in grouped.items():
             batch = producer.create_batch()
             size = 0
             for record in records:
+                if limit is not None and len(record.value or b"") + len(
+                        record.key or b"") > limit - 4096:
+                    self._check_size(topic, record, limit)
                 # aiokafka's builder takes headers as a list, nothing else.
                 headers = record.headers if type(record.headers) is list else list(record.headers)
                 if batch.append(key=record.key, value=record.value,
@@ -150,6 +176,14 @@ class KafkaSender:
         for (tp, size, _), metadata in zip(pending, results, strict=True):
             last[tp] = max(last.get(tp, -1), metadata.offset + size - 1)
         return last
+
+
+    @staticmethod
+    def _check_size(topic: str, record: OutRecord, limit: int) -> None:
+        size = record_size(record.key, record.value, record.headers)
+        if size > limit:
+            raise ValueError(f"a record for {topic} is about {size} bytes, more than the "
+                             f"broker takes (ONCEFLOW_MAX_RECORD_BYTES = {limit})")
 
 
 @dataclass(slots=True)

@@ -1,0 +1,168 @@
+"""Every record the worker writes fits the broker's record limit (ONCEFLOW_MAX_RECORD_BYTES).
+
+A broker refuses a record batch larger than its `message.max.bytes` (Apache Kafka: 1048588
+by default), and a refused record fails the worker's whole batch, again after every
+restart.  What the worker derives from a document can be larger than the document (an
+error document wraps its members, a join holds several, the dead-letter copy of a value
+that is not UTF-8 has three bytes for each bad one), so the worker measures what it writes:
+
+- output, error, in-doubt, reply-to and dead-letter records that would not fit go out by
+  reference: the input records they came from stay on their topics, and the record says
+  where they are, how large the copy would have been and why it was left out;
+- journal records clip their longest fields (an identity of a megabyte, a reason quoting
+  one);
+- documents that cannot be routed, held or joined within the limit are bad input for their
+  trigger (see agents/partition.py).
+
+Sizes are those of a record batch holding the one record: Kafka checks batches, and the
+worker's producer never puts a record that does not fit beside others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from onceflow.envelope import Document
+from onceflow.journal import JournalRecord
+from onceflow.processor import Output
+from onceflow.tables.outbox import HEADER_OVERHEAD, RECORD_OVERHEAD, record_size
+
+__all__ = ["SETTING", "clip", "fit", "fit_journal", "record_size", "reference", "too_large"]
+
+SETTING = "ONCEFLOW_MAX_RECORD_BYTES"
+CLIP = 1000  # characters kept of a field clipped to make a record fit
+
+
+def output_size(output: Output, value: bytes, limit: int | None = None) -> int:
+    """record_size of an output whose value is encoded as `value`.
+
+    With a `limit`, an output that clearly fits (even if every character of its key and
+    headers took four bytes) is not measured exactly: the answer is then only a bound.
+    """
+    headers = output.headers
+    if limit is not None:
+        text = len(output.key or "") + sum(len(k) + len(v) for k, v in headers.items())
+        rough = RECORD_OVERHEAD + len(value) + 4 * text + HEADER_OVERHEAD * len(headers)
+        if rough <= limit:
+            return rough
+    key = output.key.encode() if output.key is not None else None
+    return record_size(key, value, [(k, v.encode()) for k, v in headers.items()])
+
+
+def clip(text: str, keep: int = CLIP) -> str:
+    """The text, or its first `keep` characters and how long it was."""
+    if len(text) <= keep:
+        return text
+    return f"{text[:keep]}... ({len(text)} characters)"
+
+
+def reference(doc: Document) -> dict[str, Any]:
+    """Where a document's record is, in place of its content."""
+    return {"topic": doc.topic, "partition": doc.partition, "offset": doc.offset,
+            "identity": clip(doc.identity), "type": clip(doc.type)}
+
+
+def too_large(what: str, size: int, limit: int) -> str:
+    """The reason a record goes out by reference."""
+    return f"{what} is {size} bytes, more than {SETTING} ({limit})"
+
+
+def _small_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {name: clip(value) for name, value in headers.items()}
+
+
+def _small_key(key: str | None) -> str | None:
+    return None if key is None else clip(key)
+
+
+def encode(output: Output) -> bytes:
+    """Encode an output's value once; later encodings (wire.add_outputs) reuse the bytes."""
+    value = output.value
+    data = orjson.dumps(value)
+    if type(value) is not orjson.Fragment:
+        output.value = orjson.Fragment(data)
+    return data
+
+
+def fit(output: Output, kind: str, members: list[Document], limit: int) -> str | None:
+    """Make an output fit the limit; the note for the journal when it went by reference.
+
+    An output that fits keeps its value encoded (an orjson.Fragment); one that does not
+    gets a small dict in its place.  `kind` is "output" (a service result), "error",
+    "reply" (a reply-to copy), "in-doubt" or "dead-letter"; `members` are the documents
+    it came from.
+    """
+    original = output.value
+    data = encode(output)
+    size = output_size(output, data, limit)
+    if size <= limit:
+        return None
+    if type(original) is orjson.Fragment:
+        original = orjson.loads(data)
+    refs = [reference(member) for member in members]
+    if kind == "output":
+        note = (f"{too_large('the service result', size, limit)}: it was not published; "
+                f"{output.topic} has a record saying so")
+        value: dict[str, Any] = {"trigger": output.headers.get("trigger"),
+                                 "identity": clip(output.headers.get("identity", "")),
+                                 "activation": _clip_or_none(output.headers.get("activation")),
+                                 "documents": refs}
+    elif kind in ("error", "reply") and isinstance(original, dict):
+        what = "the error document" if kind == "error" else "the reply-to copy"
+        note = f"{too_large(what, size, limit)}: it refers to the input records"
+        value = {name: _clipped(field) for name, field in original.items()
+                 if name != "documents"}
+        value["documents"] = refs
+    elif kind == "dead-letter" and isinstance(original, dict):
+        note = f"{too_large('the dead-letter copy', size, limit)}: it refers to the record"
+        value = {name: _clipped(field) for name, field in original.items()
+                 if name not in ("value", "raw")}
+        value["reason"] = f"{value.get('reason', '')} ({note})"
+        if members:
+            value["document"] = refs[0]
+    else:
+        what = f"the {kind} document"
+        note = f"{too_large(what, size, limit)}: it refers to the input record"
+        value = {"documents": refs}
+    value["oversized"] = {"size": size, "limit": limit, "reason": note}
+    output.value = value
+    output.headers = _small_headers(output.headers)
+    output.key = _small_key(output.key)
+    if output_size(output, orjson.dumps(value)) > limit:
+        # The references themselves (a join of thousands of members): the first ten.
+        value["documents"] = refs[:10]
+        value["oversized"]["documents"] = len(refs)
+    return note
+
+
+def _clip_or_none(text: str | None) -> str | None:
+    return None if text is None else clip(text)
+
+
+def _clipped(field: Any) -> Any:
+    """A field of a record made small: long strings clipped, containers summarized."""
+    if isinstance(field, str):
+        return clip(field)
+    if isinstance(field, dict):
+        encoded = orjson.dumps(field)
+        if len(encoded) <= CLIP * 4:
+            return field
+        return {name: _clipped(value) for name, value in list(field.items())[:50]}
+    if isinstance(field, list):
+        return [_clipped(value) for value in field[:50]]
+    return field
+
+
+def fit_journal(record: JournalRecord, key: bytes | None, value: bytes, limit: int
+                ) -> tuple[bytes | None, bytes]:
+    """A journal record's key and value, with its longest fields clipped if it must."""
+    if record_size(key, value) <= limit:
+        return key, value
+    data = record.as_dict()
+    for name in ("identity", "activation", "reason", "topic", "trigger"):
+        if isinstance(data.get(name), str):
+            data[name] = clip(data[name])
+    data["clipped"] = f"fields clipped to fit {SETTING} ({limit})"
+    identity = data.get("identity")
+    return (identity.encode() if identity is not None else None), orjson.dumps(data)
