@@ -13,6 +13,7 @@ from onceflow.tables.partition import RawPartition
 from onceflow.triggers import TriggerSet
 
 from .metrics import Metrics
+from .topics import AnyTopic, TopicMaker
 from .wire import Names
 
 TABLES = ("ingress", "history", "joins", "control")
@@ -67,6 +68,8 @@ class Shared:
         self.names = Names(options.prefix)
         self.tables = tables
         self.sender = sender
+        # Creates reply-to topics that do not exist (the Faust app sets a Kafka one).
+        self.topics: TopicMaker = AnyTopic()
         self.monotonic = monotonic
         self.metrics = Metrics()
         self._slots: asyncio.Semaphore | None = None

@@ -27,6 +27,7 @@ from onceflow.triggers import TriggerSet
 from . import wire
 from .context import TABLES, StateTable, WorkerOptions
 from .runtime import Runtime
+from .topics import KafkaTopicMaker
 from .transport import Transport, bootstrap_of
 
 log = logging.getLogger("onceflow.worker")
@@ -62,6 +63,7 @@ class OnceflowApp(faust.App):
             await producer.start()
             self.onceflow_producer = producer
             self.runtime.sender = KafkaSender(producer, max_record_bytes=limit)
+            self.runtime.topics = KafkaTopicMaker(bootstrap, self.runtime.options.partitions)
 
     async def on_stop(self) -> None:
         """Stop the producer after Faust stopped consuming."""
@@ -69,6 +71,7 @@ class OnceflowApp(faust.App):
         if self.onceflow_producer is not None:
             await self.onceflow_producer.stop()
             self.onceflow_producer = None
+            await self.runtime.topics.close()
 
 
 def raw_partitions(table: Any) -> Callable[[int], RawPartition]:

@@ -38,7 +38,7 @@ from . import limits, wire
 from .batch import SubBatch, Take, complete_runs, run_services, suspends
 from .context import Shared
 from .controls import ControlMixin
-from .outputs import fit_take
+from .outputs import deliver_replies, fit_take
 
 SEP = "\x1f"
 _SUSPENDED = "suspended" + SEP
@@ -323,6 +323,7 @@ class PartitionWorker(ControlMixin):
                 self.broadcast_suspend(take.processor)
 
             complete_runs(batch, hold)
+            await deliver_replies(rt, [t for t in batch.takes if not t.rolled_back])
         limit = rt.options.max_record_bytes
         for take in batch.takes:
             if not take.rolled_back:

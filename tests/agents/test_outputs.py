@@ -1,16 +1,20 @@
-"""What the worker writes when a record would be too large for the broker.
+"""What the worker writes when a reply-to topic fails or a record would be too large.
 
 The integration tests show the common cases on a real broker; these show, in process,
-service results and journal records over the limit.
+the ones the embedded broker cannot produce: a reply-to topic the broker refuses or never
+answers for, the memory of a broken topic, results and journal records over the limit.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
-from onceflow.agents import wire
-from onceflow.tables.outbox import record_size
+import pytest
+from onceflow.agents import outputs, wire
+from onceflow.agents.topics import KafkaTopicMaker, illegal_topic_name
+from onceflow.tables.outbox import MemoryBroker, Outbox, record_size
 from onceflow.triggers import parse_triggers
 
 from .cluster import LocalCluster
@@ -20,8 +24,76 @@ def cluster(*triggers: dict[str, Any], **options: Any) -> LocalCluster:
     return LocalCluster(parse_triggers({"trigger": list(triggers)}), partitions=1, **options)
 
 
+def failing(uuid: str, reply_to: str) -> wire.Delivery:
+    value = orjson.dumps({"uuid": uuid, "body": {"raise": "fatal"}})
+    return wire.Delivery("order", 0, 0, 1, uuid.encode(), value,
+                         [("reply-to", reply_to.encode())])
+
+
 def values(c: LocalCluster, topic: str) -> list[Any]:
     return [orjson.loads(r.value) for r in c.broker.records(c.names.topic(topic))]
+
+
+class Refusing(MemoryBroker):
+    """A broker that refuses one topic (or never answers for it)."""
+
+    def __init__(self, base: MemoryBroker, topic: str, *, hang: bool = False) -> None:
+        super().__init__(base.default_partitions)
+        self.topics = base.topics
+        self.refused = topic
+        self.hang = hang
+
+    async def send(self, outbox: Outbox) -> dict[tuple[str, int], int]:
+        if any(topic == self.refused for topic, _ in outbox.records):
+            if self.hang:
+                await asyncio.sleep(3600)
+            raise RuntimeError("TopicAuthorizationFailedError")
+        return await super().send(outbox)
+
+
+@pytest.mark.parametrize("hang", [False, True])
+async def test_a_reply_to_topic_that_cannot_be_written_gets_a_dead_letter_copy(
+        hang: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outputs, "REPLY_WAIT", 0.05)
+    c = cluster({"name": "orders", "types": ["order"]})
+    c.runtime.sender = Refusing(c.broker, "replies", hang=hang)
+    await c.runtime.handle([failing("o-1", "replies")])
+    ((line),) = [orjson.loads(r.value) for r in c.broker.records(c.names.journal)]
+    assert line["outcome"] == "error"
+    assert "reply-to 'replies' could not be written" in line["reason"]
+    assert ("no answer in 0.05 s" if hang else "TopicAuthorizationFailedError") in line["reason"]
+    (error,) = values(c, "orders.error")
+    assert error["reply_to"][0]["sent"] is False
+    (letter,) = values(c, "onceflow.dead-letter")
+    assert letter["reply_to"] == "replies" and letter["value"]["identity"] == "o-1"
+    assert values(c, "replies") == []
+
+
+async def test_a_broken_reply_topic_is_not_tried_again_for_a_while() -> None:
+    now = [0.0]
+    maker = KafkaTopicMaker("unused:9092", 4, clock=lambda: now[0])
+
+    class Admin:
+        calls = 0
+
+        async def create_topics(self, topics: list[Any]) -> Any:
+            Admin.calls += 1
+            return type("Answer", (), {"topic_errors": [(topics[0].name, 36, None)]})()
+
+    maker._admin = Admin()
+    assert await maker.ensure("replies") is None and Admin.calls == 1
+    assert await maker.ensure("replies") is None and Admin.calls == 1  # known
+    maker.broken("replies", "'replies' could not be written (refused)")
+    assert await maker.ensure("replies") == "'replies' could not be written (refused)"
+    now[0] += 61
+    assert await maker.ensure("replies") is None and Admin.calls == 2
+
+
+def test_kafka_topic_names() -> None:
+    assert illegal_topic_name("orders.replies_1-a") is None
+    assert illegal_topic_name("r" * 249) is None
+    for name in ("", ".", "..", "bad topic!", "r" * 250, "ümlaut", "a/b"):
+        assert illegal_topic_name(name), name
 
 
 async def test_a_service_result_over_the_limit_is_replaced_by_a_note() -> None:
