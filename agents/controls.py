@@ -15,7 +15,7 @@ from onceflow.journal import JournalRecord
 from onceflow.processor import TriggerProcessor
 from onceflow.tables.outbox import Outbox
 
-from . import wire
+from . import limits, wire
 from .context import Shared
 
 
@@ -38,8 +38,17 @@ class ControlMixin:
     async def resume(self, processor: TriggerProcessor, reason: str,  # noqa: D102
                      journal: bool) -> None: ...
 
-    async def handle_control(self, kind: str, message: dict[str, Any]) -> None:
-        """Apply one control message to this partition."""
+    def where(self, delivery: wire.Delivery) -> str: ...  # noqa: D102
+    def bad_route_record(self, delivery: wire.Delivery, reason: str, *,  # noqa: D102
+                         trigger: str | None = None) -> None: ...
+
+    async def handle_control(self, kind: str, message: dict[str, Any],
+                             delivery: wire.Delivery) -> None:
+        """Apply one control message (checked by wire.read_message) to this partition.
+
+        A message naming a trigger this worker does not have is not applied: it is
+        journaled `bad-input` for that trigger and kept on the dead-letter topic.
+        """
         if kind == wire.TICK:
             self.tick(float(message["ts"]))
             return
@@ -47,17 +56,25 @@ class ControlMixin:
             self.outbox.add(self.rt.names.acks, None, str(message["id"]).encode(),
                             orjson.dumps({"id": message["id"], "partition": self.partition}))
             return
+        name = message.get("trigger")
+        processor = self.processors.get(name) if name is not None else None
+        if name is not None and processor is None:
+            self.bad_route_record(delivery, (
+                f"trigger {name!r} is not defined on this worker: the {kind} message "
+                f"{self.where(delivery)} was not applied to partition {self.partition} (a "
+                f"worker with another trigger file sent it; see changing the trigger file "
+                f"in docs/operations.md)"),
+                trigger=limits.clip(name))
+            return
         if kind == wire.SEED:
             self.seed(message)
             return
-        processor = self.processors.get(str(message.get("trigger")))
         if kind == wire.SWEEP:
             if self.now is not None:
-                for name in ([processor.trigger.name] if processor else list(self.processors)):
-                    self.sweep_due(self.now, force=name)
+                for swept in ([processor.trigger.name] if processor else list(self.processors)):
+                    self.sweep_due(self.now, force=swept)
             return
-        if processor is None:
-            return
+        assert processor is not None  # suspend, resume and forget name their trigger
         if kind == wire.SUSPEND:
             self._suspend(processor, str(message.get("reason") or "suspended"),
                           bool(message.get("journal")))
@@ -66,7 +83,7 @@ class ControlMixin:
                               bool(message.get("journal")))
         elif kind == wire.FORGET:
             self.forget(processor.trigger.name, str(message["key"]),
-                        str(message.get("only", "processing")))
+                        str(message.get("only") or "processing"))
 
     def _suspend(self, processor: TriggerProcessor, reason: str, journal: bool) -> None:
         if processor.suspended:

@@ -15,11 +15,19 @@ partition p of the input topics, of the repartition topic and of every table.  A
    entry for an output that was lost.
 
 The input offsets are acknowledged by the caller only after `process` returns.
+
+No record stops a partition: an input record that is not a document, or whose dup-id,
+message id or activation is too long to be stored, is bad input at ingress (before any
+state is written); a repartition-topic record that cannot be applied (not a message, or a
+control for a trigger this worker does not have) is bad input too.  Each gets a journal
+record and a dead-letter copy, and its offset is committed like any other.  What still
+stops the worker is the broker refusing what it must write (see docs/operations.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import orjson
@@ -39,6 +47,8 @@ from .batch import SubBatch, Take, complete_runs, run_services, suspends
 from .context import Shared
 from .controls import ControlMixin
 from .outputs import deliver_replies, fit_take
+
+log = logging.getLogger("onceflow.worker")
 
 SEP = "\x1f"
 _SUSPENDED = "suspended" + SEP
@@ -125,6 +135,11 @@ class PartitionWorker(ControlMixin):
             self._oversized(record, value, len(value))
             return
         record.value = decode_value(value)
+        if record.headers or type(record.value) is dict:
+            too_long = limits.key_too_long(record.headers, record.value)
+            if too_long is not None:
+                self._keys_too_long(record, value, too_long)
+                return
         document, targets, rejected = self.ingress.admit_into(record, delivery.offset,
                                                               self.journal)
         if document is None:
@@ -201,11 +216,29 @@ class PartitionWorker(ControlMixin):
         limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes)  # its headers
         self.outputs.append(letter)
 
+    def _keys_too_long(self, record: Record, value: bytes | None, why: str) -> None:
+        """Bad input at ingress, before any state is written: a key too long to store.
+
+        A dup-id, message id or activation longer than limits.MAX_KEY_LENGTH.
+        """
+        uuid, activation = envelope_fields(record.value)
+        reason = f"{why}; the record stays on its topic"
+        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
+                                          activation, record.ts, record.topic,
+                                          record.partition, record.offset, reason))
+        letter = dead_letter(record, reason)
+        if limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes):
+            letter.value["size"] = len(value or b"")
+        self.outputs.append(letter)
+
     async def _route_message(self, delivery: wire.Delivery) -> None:
-        message = orjson.loads(delivery.value or b"{}")
-        kind = message.get("k")
-        if kind == wire.DOC:
-            doc = Document.from_json(message["d"])
+        try:
+            kind, message, doc = wire.read_message(delivery.value)
+        except wire.BadMessage as exc:
+            self.bad_route_record(delivery, f"record {self.where(delivery)} of the "
+                                  f"repartition topic cannot be applied: {exc.reason}")
+            return
+        if doc is not None:
             # The repartition topic redelivers too (after a crash before its offsets were
             # committed): a routed document at or below the highest offset already started
             # here counts as delivered twice, as an input record would.
@@ -216,18 +249,48 @@ class PartitionWorker(ControlMixin):
             if self.batch.suspending_runs and (self.now is None or doc.ts > self.now):
                 await self.settle()
             self._advance(doc.ts)
+            too_long = limits.activation_too_long(doc.activation)
             unknown = []
             for name in message["t"]:
                 processor = self.processors.get(name)
-                if processor is not None:
-                    await self.take(processor, doc)
-                else:
+                if processor is None:
                     unknown.append(name)
+                elif too_long is not None:
+                    # Ingress rejects these; a worker of an older version may not have.
+                    self._too_large(processor, doc, too_long)
+                else:
+                    await self.take(processor, doc)
             if unknown:
                 self._unknown_triggers(unknown, doc)
             return
         await self.settle()
-        await self.handle_control(str(kind), message)
+        await self.handle_control(kind, message, delivery)
+
+    def where(self, delivery: wire.Delivery) -> str:
+        """A record's coordinates: "<topic>/<partition>@<offset>" (topic without prefix)."""
+        return f"{self.rt.names.logical(delivery.topic)}/{delivery.partition}@{delivery.offset}"
+
+    def bad_route_record(self, delivery: wire.Delivery, reason: str, *,
+                         trigger: str | None = None) -> None:
+        """A repartition-topic record this worker cannot apply: journal it, keep a copy.
+
+        Journal `bad-input` (trigger null, or the trigger a control message names) with
+        the reason, which names the record's coordinates; the record goes to the
+        dead-letter topic as it was; the worker goes on (its offset is committed).
+        """
+        topic = self.rt.names.logical(delivery.topic)
+        log.warning("onceflow: %s", limits.clip(reason))
+        key = delivery.key.decode("utf-8", "replace") if delivery.key else None
+        record = Record(topic, delivery.partition, delivery.offset, delivery.ts,
+                        decode_value(delivery.value), key,
+                        wire.header_dict(delivery.headers) if delivery.headers else {})
+        identity = None if trigger is not None else self.where(delivery)
+        self.journal.append(JournalRecord(trigger, J.BAD_INPUT, identity, None, delivery.ts,
+                                          topic, delivery.partition, delivery.offset, reason))
+        letter = dead_letter(record, reason)
+        if limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes):
+            letter.value["size"] = len(delivery.value or b"")
+        self.outputs.append(letter)
 
     def _unknown_triggers(self, names: list[str], doc: Document) -> None:
         """A document routed here for triggers this worker does not have: keep it.

@@ -4,6 +4,12 @@ The repartition topic (`onceflow.route`) carries, in one ordered stream per part
 documents routed to the partition that owns their routing key, clock ticks and control
 messages (suspend, resume, history seeds and removals, barriers).  Ordering them in one
 stream is what lets a tick or a control take effect exactly between two documents.
+
+Anyone who can write to the topic can put anything on it, so `read_message` checks every
+record before the worker acts on it: a record it cannot apply is `BadMessage`, which the
+partition journals as bad input and copies to the dead-letter topic (agents/partition.py)
+instead of failing its batch, which would stop the worker on that record after every
+restart.
 """
 
 from __future__ import annotations
@@ -32,6 +38,146 @@ FORGET = "forget"
 SEED = "seed"
 BARRIER = "barrier"
 SWEEP = "sweep"
+KINDS = (DOC, TICK, SUSPEND, RESUME, FORGET, SEED, BARRIER, SWEEP)
+
+
+class BadMessage(Exception):
+    """A record of the repartition topic that the worker cannot read; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# The fields of a routed document (Document.to_json): name -> (types, may be null,
+# required).
+_NUMBER = (int, float)
+_DOC_FIELDS: dict[str, tuple[tuple[type, ...], bool, bool]] = {
+    "type": ((str,), False, True),
+    "identity": ((str,), False, True),
+    "activation": ((str,), True, True),
+    "envelope": ((dict,), False, True),
+    "ts": (_NUMBER, False, True),
+    "topic": ((str,), False, True),
+    "partition": ((int,), False, True),
+    "offset": ((int,), False, True),
+    "message_id": ((str,), False, True),
+    "delivery_count": ((int,), False, True),
+    "key": ((str,), True, False),
+    "headers": ((dict,), True, False),
+    "position": ((int,), False, False),
+}
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _check(message: dict[str, Any], name: str, types: tuple[type, ...], *,
+           null: bool = False, required: bool = True, what: str = "") -> None:
+    """Raise BadMessage unless message[name] is one of `types` (bool is not a number)."""
+    where = f"{what}field {name!r}"
+    if name not in message:
+        if required:
+            raise BadMessage(f"{where} is missing")
+        return
+    value = message[name]
+    if value is None:
+        if null:
+            return
+        raise BadMessage(f"{where} is null")
+    if isinstance(value, bool) and bool not in types:
+        raise BadMessage(f"{where} must be {_expected(types)}, got a boolean")
+    if not isinstance(value, types):
+        raise BadMessage(f"{where} must be {_expected(types)}, got {_kind_of(value)}")
+
+
+def _expected(types: tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", dict: "an object",
+             list: "an array", bool: "a boolean"}
+    if types == _NUMBER:
+        return "a number"
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def routed_document(data: Any) -> Document:
+    """The document of a routed message ("d"), checked field by field."""
+    if not isinstance(data, dict):
+        raise BadMessage(f"field 'd' must be an object, got {_kind_of(data)}")
+    for name, (types, null, required) in _DOC_FIELDS.items():
+        _check(data, name, types, null=null, required=required, what="document ")
+    headers = data.get("headers") or {}
+    if not all(isinstance(v, str) for v in headers.values()):
+        raise BadMessage("document field 'headers' must map names to strings")
+    try:
+        return Document.from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:  # what the checks above did not see
+        raise BadMessage(f"field 'd' is not a routed document ({exc!r})") from None
+
+
+def read_message(value: bytes | None) -> tuple[str, dict[str, Any], Document | None]:
+    """(kind, message, routed document or None) of a repartition-topic record.
+
+    Raises BadMessage, with the reason, for anything a worker could not apply: a value
+    that is not a JSON object, an unknown kind, a field missing or of the wrong type.
+    Whether the trigger a message names exists is for the partition to say.
+    """
+    if value is None:
+        raise BadMessage("the value is empty (null)")
+    try:
+        message = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise BadMessage("the value is not JSON") from None
+    if not isinstance(message, dict):
+        raise BadMessage(f"the value is JSON but not an object (got {_kind_of(message)})")
+    kind = message.get("k")
+    if not isinstance(kind, str):
+        raise BadMessage("field 'k' (the message kind) is missing" if kind is None else
+                         f"field 'k' (the message kind) must be a string, got "
+                         f"{_kind_of(kind)}")
+    if kind not in KINDS:
+        shown = kind if len(kind) <= 80 else kind[:80] + "..."
+        raise BadMessage(f"unknown message kind {shown!r} (known: {', '.join(KINDS)})")
+    if kind == DOC:
+        _check(message, "t", (list,))
+        names = message["t"]
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise BadMessage("field 't' must be a non-empty array of trigger names")
+        _check(message, "d", (dict,))
+        return kind, message, routed_document(message["d"])
+    if kind == TICK:
+        _check(message, "ts", _NUMBER)
+    elif kind == BARRIER:
+        _check(message, "id", (str, int))
+    elif kind == SEED:
+        _check(message, "trigger", (str,))
+        _check(message, "identity", (str,))
+        _check(message, "ts", _NUMBER)
+        _check(message, "activation", (str,), null=True, required=False)
+        _check(message, "failed", (bool,), null=True, required=False)
+        if message.get("status") not in ("processing", "completed"):
+            raise BadMessage('field \'status\' must be "processing" or "completed"')
+    elif kind == SWEEP:
+        _check(message, "trigger", (str,), null=True, required=False)
+    else:  # suspend, resume, forget
+        _check(message, "trigger", (str,))
+        _check(message, "reason", (str,), null=True, required=False)
+        _check(message, "journal", (bool,), null=True, required=False)
+        if kind == FORGET:
+            _check(message, "key", (str,))
+            if message.get("only", "processing") not in ("processing", "failed"):
+                raise BadMessage('field \'only\' must be "processing" or "failed"')
+    return kind, message, None
 
 
 @dataclass(frozen=True, slots=True)
