@@ -25,6 +25,7 @@ from onceflow.history import history_key
 from onceflow.ingress import Ingress
 from onceflow.journal import IN_DOUBT
 from onceflow.scenario import parse_record_line
+from onceflow.tables.outbox import record_size
 from onceflow.triggers import load_triggers
 
 from .kafka import Producer, read_topic
@@ -36,33 +37,48 @@ def send_file(path: str, settings: WorkerSettings, base_time: float | None) -> i
     """`onceflow send FILE.jsonl`: publish records in the scenario record format.
 
     A record's timestamp is base_time + ts (base_time: now unless given), so a file of
-    small ts values lands at record times a worker's clock agrees with.
+    small ts values lands at record times a worker's clock agrees with.  Every line is
+    read and measured before anything is sent: a line that is not a record, or a record
+    larger than ONCEFLOW_MAX_RECORD_BYTES (which the broker would refuse after the lines
+    before it went out), stops the command with nothing sent.
     """
     base = time.time() if base_time is None else base_time
     highest: dict[tuple[str, int], int] = {}
-    records = []
+    names = wire.Names(settings.topic_prefix)
+    limit = settings.max_record_bytes
+    outgoing: list[tuple[str, int, bytes | None, bytes, list[tuple[str, bytes]], int]] = []
+    too_large: list[str] = []
     with open(path, "rb") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
             try:
-                records.append(parse_record_line(orjson.loads(line), highest, {},
-                                                 f"{path}:{number}"))
+                record = parse_record_line(orjson.loads(line), highest, {},
+                                           f"{path}:{number}")
             except orjson.JSONDecodeError as exc:
                 raise ScenarioError(f"{path}:{number}: not a JSON line: {exc}") from None
-    names = wire.Names(settings.topic_prefix)
+            key = record.key.encode() if record.key is not None else None
+            value = encode_value(record.value)
+            headers = [(k, v.encode()) for k, v in record.headers.items()]
+            size = record_size(key, value, headers)
+            if size > limit:
+                too_large.append(f"{path}:{number}: the record for {record.topic!r} is about "
+                                 f"{size} bytes, more than ONCEFLOW_MAX_RECORD_BYTES ({limit})")
+            outgoing.append((names.topic(record.topic), record.partition, key, value, headers,
+                             round((base + record.ts) * 1000)))
+    if too_large:
+        them = "it" if len(too_large) == 1 else "them"
+        raise ScenarioError("; ".join(too_large) +
+                            f": the broker would refuse {them}; nothing was sent")
 
     async def publish() -> None:
         async with Producer(settings.bootstrap_servers) as producer:
-            for record in records:
-                await producer.send_and_wait(
-                    names.topic(record.topic), encode_value(record.value),
-                    key=record.key.encode() if record.key is not None else None,
-                    partition=record.partition, timestamp_ms=round((base + record.ts) * 1000),
-                    headers=[(k, v.encode()) for k, v in record.headers.items()])
+            for topic, partition, key, value, headers, timestamp_ms in outgoing:
+                await producer.send_and_wait(topic, value, key=key, partition=partition,
+                                             timestamp_ms=timestamp_ms, headers=headers)
 
     asyncio.run(publish())
-    print(f"onceflow: sent {len(records)} record(s) from {path}")
+    print(f"onceflow: sent {len(outgoing)} record(s) from {path}")
     return 0
 
 
@@ -121,57 +137,98 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
     the processing-only entry of an in-doubt document, the failed entry of an error
     document.  So the document is New again; a document that completed in the meantime
     keeps its completed entry and comes out Duplicate.
+
+    Every record is built and measured before anything is sent: a routed document larger
+    than ONCEFLOW_MAX_RECORD_BYTES (an original near the limit, with its routing data)
+    stops the command with nothing resubmitted, naming each such document.
     """
     triggers = load_triggers(Path(triggers_path))
     trigger = triggers.by_name(trigger_name)
     names = wire.Names(settings.topic_prefix)
     wanted = set(identities)
     kind = "processing" if outcome == IN_DOUBT else "failed"
+    limit = settings.max_record_bytes
 
     async def run() -> int:
         journal = await read_topic(settings.bootstrap_servers, names.journal)
         chosen: dict[tuple[str, int, int], None] = {}
-        for line in (orjson.loads(r.value) for r in journal):
+        for record in journal:
+            line = _journal_line(record)
+            if line is None:
+                continue
             if line.get("trigger") == trigger.name and line.get("outcome") == outcome and (
                     not wanted or line.get("identity") in wanted):
-                chosen[(line["topic"], line["partition"], line["offset"])] = None
+                topic, partition, offset = (line.get("topic"), line.get("partition"),
+                                            line.get("offset"))
+                if not (isinstance(topic, str) and isinstance(partition, int)
+                        and isinstance(offset, int)):
+                    print(f"onceflow: journal record {record.partition}@{record.offset} has "
+                          f"no record coordinates; skipped", file=sys.stderr)
+                    continue
+                chosen[(topic, partition, offset)] = None
         shadow = Ingress(triggers, {}, MemoryState().id_store)
-        count = 0
+        planned: list[tuple[str, int, bytes, bytes, bytes]] = []
+        too_large: list[str] = []
+        for topic, partition, offset in chosen:
+            original = await _original(settings.bootstrap_servers, names.topic(topic),
+                                       partition, offset)
+            if original is None:
+                print(f"onceflow: {topic}/{partition}@{offset} is no longer on its topic; "
+                      f"skipped", file=sys.stderr)
+                continue
+            record = Record(topic, partition, offset, original.timestamp / 1000,
+                            decode_value(original.value),
+                            original.key.decode() if original.key else None,
+                            wire.header_dict(list(original.headers or ())))
+            doc, _, _ = shadow.admit_into(record, 0, [])
+            if doc is None:
+                continue
+            doc.delivery_count = max(2, doc.delivery_count + 1)
+            key = wire.routing_key(trigger, doc)
+            entry = (history_key(doc.identity, doc.activation)
+                     if trigger.routes_by_activation and doc.activation else doc.identity)
+            forget = wire.control_message(wire.FORGET, trigger=trigger.name, key=entry,
+                                          only=kind)
+            routed = wire.doc_message([trigger.name], doc)
+            size = max(record_size(key.encode(), forget), record_size(key.encode(), routed))
+            where = f"{doc.identity} ({topic}/{partition}@{offset})"
+            if size > limit:
+                too_large.append(f"document {where}: with its routing data it is "
+                                 f"about {size} bytes, more than ONCEFLOW_MAX_RECORD_BYTES "
+                                 f"({limit})")
+                continue
+            planned.append((where, wire.route_partition(key, settings.partitions),
+                            key.encode(), forget, routed))
+        if too_large:
+            raise OnceflowError(
+                f"resubmit of {trigger.name!r}: the broker would refuse "
+                + "; ".join(too_large) + ". Nothing was resubmitted; resubmit the others "
+                "with --identity")
+        for where, _, _, _, _ in planned:
+            print(f"onceflow: resubmit {trigger.name} {where}")
+        if dry_run or not planned:
+            return len(planned)
         async with Producer(settings.bootstrap_servers) as producer:
-            for topic, partition, offset in chosen:
-                original = await _original(settings.bootstrap_servers, names.topic(topic),
-                                           partition, offset)
-                if original is None:
-                    print(f"onceflow: {topic}/{partition}@{offset} is no longer on its topic; "
-                          f"skipped", file=sys.stderr)
-                    continue
-                record = Record(topic, partition, offset, original.timestamp / 1000,
-                                decode_value(original.value),
-                                original.key.decode() if original.key else None,
-                                wire.header_dict(list(original.headers or ())))
-                doc, _, _ = shadow.admit_into(record, 0, [])
-                if doc is None:
-                    continue
-                doc.delivery_count = max(2, doc.delivery_count + 1)
-                key = wire.routing_key(trigger, doc)
-                target = wire.route_partition(key, settings.partitions)
-                entry = (history_key(doc.identity, doc.activation)
-                         if trigger.routes_by_activation and doc.activation else doc.identity)
-                print(f"onceflow: resubmit {trigger.name} {doc.identity} "
-                      f"({topic}/{partition}@{offset})")
-                count += 1
-                if dry_run:
-                    continue
-                await producer.send(names.route, wire.control_message(
-                    wire.FORGET, trigger=trigger.name, key=entry, only=kind),
-                    key=key.encode(), partition=target)
-                await producer.send(names.route, wire.doc_message([trigger.name], doc),
-                                    key=key.encode(), partition=target)
+            for _, target, key, forget, routed in planned:
+                await producer.send(names.route, forget, key=key, partition=target)
+                await producer.send(names.route, routed, key=key, partition=target)
             await producer.flush()
-        return count
+        return len(planned)
 
     count = asyncio.run(run())
     print(f"onceflow: {count} {outcome} document(s) of {trigger.name!r} "
           f"{'would be ' if dry_run else ''}resubmitted")
     return 0
 
+
+def _journal_line(record: Any) -> dict[str, Any] | None:
+    """A journal record as a dict, or None (told on stderr) when it is not one."""
+    try:
+        line = orjson.loads(record.value)
+    except orjson.JSONDecodeError:
+        line = None
+    if not isinstance(line, dict):
+        print(f"onceflow: journal record {record.partition}@{record.offset} is not a JSON "
+              f"object; skipped", file=sys.stderr)
+        return None
+    return line
