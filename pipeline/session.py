@@ -72,6 +72,11 @@ def build_session(
         java_options += ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
     if java_options:
         builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
+    if local and not submitted:
+        # The workers run this interpreter: import pyspark from the installed package
+        # rather than its source zip (worker_daemon.py).
+        builder = builder.config("spark.python.daemon.module",
+                                 "onceflow.pipeline.worker_daemon")
     builder = (builder.config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.adaptive.enabled", "false")
                .config("spark.sql.session.timeZone", "UTC")
