@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import io
 import sys
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,9 @@ def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: s
 def _print_summary(counts: dict[tuple[str | None, str], int], held: dict[str, int]) -> None:
     from onceflow.app.replay import summary_table
 
-    rows = [{"trigger": t, "outcome": o} for (t, o), n in counts.items() for _ in range(n)]
+    # The table counts records: one row object per (trigger, outcome), repeated.
+    rows = chain.from_iterable(repeat({"trigger": t, "outcome": o}, n)
+                               for (t, o), n in counts.items())
     sys.stdout.write(summary_table(rows))
     for name, count in sorted(held.items()):
         sys.stdout.write(f"trigger {name!r} is suspended; {count} document(s) stay "
