@@ -25,14 +25,10 @@ from typing import IO, Any
 from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .rows import DOCUMENTS, HELD, JOURNAL, RESULT_SCHEMA
+from .rows import HELD, JOURNAL, JOURNAL_SCHEMA, JSON_COLUMN, ResultParts
 
-# The journal and held documents without the `dataset` column, as Spark's partitioned
-# writer stores them.
-JOURNAL_SCHEMA = pa.schema([f for f in RESULT_SCHEMA if f.name != "dataset"])
 MANIFEST_SCHEMA = pa.schema([
     ("kind", pa.string()),      # FILE, COUNT or HELD_COUNT
     ("name", pa.string()),      # FILE: path under the results folder
@@ -52,8 +48,6 @@ ROW_GROUP_ROWS = 131_072
 # Where each dataset goes in the output folder.
 TARGETS = {JOURNAL: "journal.parquet", HELD: "held.parquet"}
 JOURNAL_LINES = "journal.jsonl"
-_DATASET, _TRIGGER, _TOPIC, _JSON = (RESULT_SCHEMA.get_field_index(name)
-                                     for name in ("dataset", "trigger", "topic", "json"))
 
 
 def topic_folder(topic: str) -> str:
@@ -78,31 +72,20 @@ class TaskFiles:
         self.first: dict[tuple[str | None, str], int] = {}
         self.held: Counter[str] = Counter()
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        """Write a batch of result rows (RESULT_SCHEMA)."""
-        is_journal = pc.equal(batch.column(_DATASET), JOURNAL)
-        journal = batch.filter(is_journal)
-        if journal.num_rows:
-            self._journal(journal)
-        if journal.num_rows == batch.num_rows:
-            return
-        others = batch.filter(pc.invert(is_journal))
-        for dataset, trigger, topic, text in zip(
-                others.column(_DATASET).to_pylist(), others.column(_TRIGGER).to_pylist(),
-                others.column(_TOPIC).to_pylist(), others.column(_JSON).to_pylist(),
-                strict=True):
-            if dataset == DOCUMENTS:
-                self._text(os.path.join("documents", topic_folder(topic)), text)
-            elif dataset == HELD:
-                self.held[trigger] += 1
-        held = others.filter(pc.equal(others.column(_DATASET), HELD))
-        if held.num_rows:
-            self._parquet(HELD, _drop_dataset(held))
+    def write(self, parts: ResultParts) -> None:
+        """Write what a ResultBuilder collected."""
+        if parts.journal[0]:
+            self._journal(parts.journal)
+        if parts.held[0]:
+            self.held.update(parts.held[0])
+            self._parquet(HELD, ResultParts.to_batch(parts.held))
+        for topic, lines in parts.documents.items():
+            self._text(os.path.join("documents", topic_folder(topic)), "\n".join(lines))
 
-    def _journal(self, journal: pa.RecordBatch) -> None:
-        table = pa.Table.from_batches([journal])
-        grouped = table.group_by(["trigger", "outcome"]).aggregate([([], "count_all"),
-                                                                   ("position", "min")])
+    def _journal(self, columns: list[list[Any]]) -> None:
+        batch = ResultParts.to_batch(columns)
+        grouped = pa.Table.from_batches([batch]).group_by(["trigger", "outcome"]).aggregate(
+            [([], "count_all"), ("position", "min")])
         for trigger, outcome, count, first in zip(
                 grouped.column("trigger").to_pylist(), grouped.column("outcome").to_pylist(),
                 grouped.column("count_all").to_pylist(),
@@ -111,9 +94,8 @@ class TaskFiles:
             self.counts[key] += count
             if first is not None and (key not in self.first or first < self.first[key]):
                 self.first[key] = first
-        lines = journal.column(_JSON).to_pylist()
-        self._text(JOURNAL_LINES, "\n".join(lines))
-        self._parquet(JOURNAL, _drop_dataset(journal))
+        self._text(JOURNAL_LINES, "\n".join(columns[JSON_COLUMN]))
+        self._parquet(JOURNAL, batch)
 
     def _parquet(self, dataset: str, batch: pa.RecordBatch) -> None:
         self.pending[dataset].append(batch)
@@ -171,20 +153,16 @@ class TaskFiles:
             schema=MANIFEST_SCHEMA)
 
 
-def _drop_dataset(batch: pa.RecordBatch) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(batch.columns[1:], schema=JOURNAL_SCHEMA)
-
-
-def write_results(batches: Iterator[pa.RecordBatch], root: str) -> Iterator[pa.RecordBatch]:
-    """Write a task's result batches under `root`; yield its manifest."""
+def write_results(results: Iterator[ResultParts], root: str) -> Iterator[pa.RecordBatch]:
+    """Write a task's results under `root`; yield its manifest."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     attempt = context.taskAttemptId() if context is not None else os.getpid()
     files = TaskFiles(root, partition, attempt)
-    for batch in batches:
-        files.write(batch)
+    for parts in results:
+        files.write(parts)
     yield files.close()
 
 

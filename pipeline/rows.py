@@ -139,13 +139,43 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-class ResultBuilder:
-    """Collects journal records and outputs and turns them into Arrow batches."""
+# The journal and held documents as written: RESULT_SCHEMA without `dataset`.
+JOURNAL_SCHEMA = pa.schema([f for f in RESULT_SCHEMA if f.name != "dataset"])
+JSON_COLUMN = JOURNAL_SCHEMA.get_field_index("json")
 
-    __slots__ = ("_columns", "_size", "_documents")
+
+class ResultParts:
+    """What a ResultBuilder collected.
+
+    Journal and held columns in JOURNAL_SCHEMA order, as Python lists, and the documents'
+    JSON lines by topic.
+    """
+
+    __slots__ = ("journal", "held", "documents")
+
+    def __init__(self, journal: list[list[Any]], held: list[list[Any]],
+                 documents: dict[str, list[str]]) -> None:
+        self.journal = journal
+        self.held = held
+        self.documents = documents
+
+    @staticmethod
+    def to_batch(columns: list[list[Any]]) -> pa.RecordBatch:
+        """Journal or held columns as a JOURNAL_SCHEMA batch."""
+        return pa.RecordBatch.from_arrays(
+            [pa.array(column, type=f.type) for column, f in zip(columns, JOURNAL_SCHEMA,
+                                                                strict=True)],
+            schema=JOURNAL_SCHEMA)
+
+
+class ResultBuilder:
+    """Collects journal records, outputs and held documents for the task's results."""
+
+    __slots__ = ("_journal", "_held", "_size", "_documents")
 
     def __init__(self) -> None:
-        self._columns: list[list[Any]] = [[] for _ in RESULT_SCHEMA]
+        self._journal: list[list[Any]] = [[] for _ in JOURNAL_SCHEMA]
+        self._held: list[list[Any]] = [[] for _ in JOURNAL_SCHEMA]
         self._size = 0
         self._documents: dict[str, list[str]] = {}
 
@@ -154,10 +184,9 @@ class ResultBuilder:
 
     def journal(self, records: list[JournalRecord]) -> None:
         """Add journal records (with the JSON line `onceflow replay` prints)."""
-        (dataset, trigger, outcome, identity, activation, ts, topic, partition, offset,
-         reason, attempt, position, json) = self._columns
+        (trigger, outcome, identity, activation, ts, topic, partition, offset,
+         reason, attempt, position, json) = self._journal
         dumps = orjson.dumps
-        dataset.extend([JOURNAL] * len(records))
         trigger.extend([r.trigger for r in records])
         outcome.extend([r.outcome for r in records])
         identity.extend([r.identity for r in records])
@@ -175,8 +204,9 @@ class ResultBuilder:
     def outputs(self, items: list[Output]) -> None:
         """Add documents published to output, error, in-doubt, reply-to, dead-letter topics.
 
-        Documents are only ever written as JSON lines, so one row per topic and batch
-        carries them all, one per line (`DOCUMENTS` rows: `topic` and `json`).
+        Documents are only ever written as JSON lines, so they are kept as lines per topic
+        (in RESULT_SCHEMA rows: one `DOCUMENTS` row per topic and batch, `topic` and
+        `json`, one document per line).
         """
         dumps = orjson.dumps
         documents = self._documents
@@ -191,10 +221,10 @@ class ResultBuilder:
 
     def held(self, documents: list[tuple[str, Document]]) -> None:
         """Add the documents suspended triggers hold (trigger name, document)."""
-        columns = self._columns
+        columns = self._held
         dumps = orjson.dumps
         for trigger, doc in documents:
-            row = [HELD, trigger, None, doc.identity, doc.activation, float(doc.ts), doc.topic,
+            row = [trigger, None, doc.identity, doc.activation, float(doc.ts), doc.topic,
                    doc.partition, doc.offset, None, None, doc.position,
                    dumps({"trigger": trigger, "identity": doc.identity,
                           "activation": doc.activation, "ts": doc.ts, "topic": doc.topic,
@@ -203,17 +233,28 @@ class ResultBuilder:
                 column.append(value)
         self._size += len(documents)
 
-    def batch(self) -> pa.RecordBatch:
-        """Everything collected so far, as one batch; the builder starts empty again."""
-        columns = self._columns
-        for topic, lines in self._documents.items():
-            row: list[Any] = [DOCUMENTS, *([None] * 12)]
-            row[6], row[12] = topic, "\n".join(lines)
-            for column, value in zip(columns, row, strict=True):
-                column.append(value)
+    def take(self) -> ResultParts:
+        """Everything collected so far; the builder starts empty again."""
+        parts = ResultParts(self._journal, self._held, self._documents)
+        self._journal = [[] for _ in JOURNAL_SCHEMA]
+        self._held = [[] for _ in JOURNAL_SCHEMA]
         self._documents = {}
-        arrays = [pa.array(column, type=field.type)
-                  for column, field in zip(self._columns, RESULT_SCHEMA, strict=True)]
-        self._columns = [[] for _ in RESULT_SCHEMA]
         self._size = 0
+        return parts
+
+    def batch(self) -> pa.RecordBatch:
+        """Everything collected so far as one RESULT_SCHEMA batch; starts empty again."""
+        parts = self.take()
+        journal, held = parts.journal, parts.held
+        dataset = [JOURNAL] * len(journal[0]) + [HELD] * len(held[0])
+        columns = [j + h for j, h in zip(journal, held, strict=True)]
+        topic, json = JOURNAL_SCHEMA.get_field_index("topic"), JSON_COLUMN
+        for name, lines in parts.documents.items():
+            dataset.append(DOCUMENTS)
+            for index, column in enumerate(columns):
+                column.append(name if index == topic else "\n".join(lines) if index == json
+                              else None)
+        arrays = [pa.array(dataset, type=pa.string())] + [
+            pa.array(column, type=f.type) for column, f in zip(columns, JOURNAL_SCHEMA,
+                                                               strict=True)]
         return pa.RecordBatch.from_arrays(arrays, schema=RESULT_SCHEMA)

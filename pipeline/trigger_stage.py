@@ -81,11 +81,13 @@ class TriggerStage:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Run this task's documents through the engine, in position order."""
         if self.results_dir is not None:
-            yield from write_results(self._results(batches), self.results_dir)
+            yield from write_results((out.take() for out in self._results(batches)),
+                                     self.results_dir)
         else:
-            yield from self._results(batches)
+            yield from (out.batch() for out in self._results(batches))
 
-    def _results(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def _results(self, batches: Iterator[pa.RecordBatch]) -> Iterator[ResultBuilder]:
+        """The task's results, whenever enough of them are ready to be taken."""
         triggers = self.triggers.value
         engine = Engine(triggers, base_dir=Path(self.base_dir) if self.base_dir else None)
         try:
@@ -95,7 +97,7 @@ class TriggerStage:
             engine.close()
 
     def _run(self, engine: Engine, triggers: TriggerSet, batches: Iterator[pa.RecordBatch]
-             ) -> Iterator[pa.RecordBatch]:
+             ) -> Iterator[ResultBuilder]:
         for seed in self.seeds:
             engine.seed_history(seed.trigger, seed.identity, seed.status, seed.ts,
                                 seed.failed, seed.activation)
@@ -117,7 +119,7 @@ class TriggerStage:
                     block, entries = row_block, []
                 entries.extend(loads(data))
             if len(task.out) >= BATCH_ROWS:
-                yield task.out.batch()
+                yield task.out
         if entries:
             task.block(entries)
         yield from task.finish()
@@ -165,7 +167,7 @@ class _TriggerTask:
             run_document(names[index], document, sink)
         self._drain()
 
-    def finish(self) -> Iterator[pa.RecordBatch]:
+    def finish(self) -> Iterator[ResultBuilder]:
         """Expire what the end of the input expires; report held documents."""
         if self.times.end is not None:
             self.engine.expire_due(self.times.end, self.sink)
@@ -174,7 +176,7 @@ class _TriggerTask:
             self.held.extend((name, document) for document in documents)
         self.out.held(self.held)
         if len(self.out):
-            yield self.out.batch()
+            yield self.out
 
     def _drain(self) -> None:
         sink, out = self.sink, self.out
