@@ -70,7 +70,7 @@ def _session(args: argparse.Namespace) -> Any:
         if not sep:
             raise OnceflowError(f"--conf {item!r}: expected KEY=VALUE")
         pairs.append((key, value))
-    return build_session(args.master, conf=pairs)
+    return build_session(args.master, conf=pairs, write_class_data=True)
 
 
 def _triggers_for(args: argparse.Namespace) -> tuple[TriggerSet, str]:
@@ -91,6 +91,8 @@ def run_spark_command(args: argparse.Namespace) -> int:
         seeds = list(read_history(Path(args.history), {t.name for t in triggers.triggers}))
     from pyspark.sql import SparkSession
 
+    from .session import stop_session
+
     # A session someone else started (a notebook, a test run) is used and left running.
     started_here = SparkSession.getActiveSession() is None
     spark = _session(args)
@@ -106,7 +108,7 @@ def run_spark_command(args: argparse.Namespace) -> int:
         return 1
     finally:
         if started_here:
-            spark.stop()
+            stop_session(spark)
 
 
 def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: str,
@@ -169,17 +171,17 @@ def replay_on_spark(path: str, *, summary: bool = False, outputs: str | None = N
     from .archive import list_archive
     from .plan import ReplayPlan
     from .replay import document_lines, journal_lines, replay_in_memory
-    from .session import build_session
+    from .session import build_session, stop_session
 
     scenario = load_scenario(path)
-    spark = build_session(master or "local[2]", shuffle_partitions=2)
+    spark = build_session(master or "local[2]", shuffle_partitions=2, write_class_data=True)
     try:
         plan = ReplayPlan(scenario.triggers, str(scenario.path.resolve()), scenario.history,
                           partitions=2)
         table, result = replay_in_memory(spark, list_archive(spark, str(scenario.path)),
                                          plan)
     finally:
-        spark.stop()
+        stop_session(spark)
     if summary:
         _print_summary(result.counts, result.held)
     else:

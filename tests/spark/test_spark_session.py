@@ -1,0 +1,53 @@
+"""Local sessions: the class-data archive of Spark's classes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from onceflow.pipeline.session import CLASS_DATA_ENV, class_data_options
+
+from .support import SCENARIOS
+
+pytestmark = pytest.mark.spark
+
+
+def test_class_data_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    options = ["-XX:+UseSerialGC"]
+    assert class_data_options(options, [], write=False) == ([], None)
+    written, pending = class_data_options(options, [], write=True)
+    assert pending is not None
+    temporary, archive = pending
+    assert written[0] == f"-XX:ArchiveClassesAtExit={temporary}"
+    assert Path(archive).parent == tmp_path / "onceflow"
+    Path(archive).write_bytes(b"")
+    assert class_data_options(options, [], write=True)[0][0] == (
+        f"-XX:SharedArchiveFile={archive}")
+    # Other JVM options or class path: another archive.
+    assert class_data_options(["-XX:+UseG1GC"], [], write=False) == ([], None)
+    assert class_data_options(options, [("spark.driver.extraClassPath", "/x.jar")],
+                              write=False) == ([], None)
+    monkeypatch.setenv(CLASS_DATA_ENV, "0")
+    assert class_data_options(options, [], write=True) == ([], None)
+
+
+def test_the_first_run_writes_the_archive_and_the_next_one_uses_it(tmp_path: Path) -> None:
+    folder = SCENARIOS / "and_join_expire"
+    onceflow = Path(sys.executable).parent / "onceflow"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop(CLASS_DATA_ENV, None)
+    for run in (1, 2):
+        done = subprocess.run(
+            [str(onceflow), "spark", "replay", "--master", "local[2]", "--quiet",
+             "--triggers", str(folder / "triggers.toml"), "--input", str(folder),
+             "--output", str(tmp_path / f"out-{run}")],
+            capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr
+        assert ("saving Spark's classes" in done.stderr) == (run == 1)
+        files = os.listdir(tmp_path / "cache" / "onceflow")
+        assert len(files) == 1 and files[0].endswith(".jsa"), files
+        assert (tmp_path / f"out-{run}" / "journal.jsonl").is_dir()
