@@ -201,8 +201,12 @@ def _replay_direct(spark: Any, archive: Archive, plan: ReplayPlan, folder: str,
         shutil.rmtree(root, ignore_errors=True)
         os.makedirs(root)
         frame = build(spark, archive, plan, results_dir=root)
-        with progress.job(f"replay pass {attempt}", STAGE_NAMES):
-            manifest = Manifest.of(frame.toArrow())
+        try:
+            with progress.job(f"replay pass {attempt}", STAGE_NAMES):
+                manifest = Manifest.of(frame.toArrow())
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)  # what failed attempts wrote
+            raise
         found = {trigger: first for (trigger, outcome), first in manifest.first.items()
                  if outcome == SUSPENDED and trigger is not None}
         if found == plan.cutoffs:

@@ -92,6 +92,22 @@ def test_output_folder_of_a_suspending_scenario(spark: Any, tmp_path: Path,
     assert not (output / "_results").exists()
 
 
+def test_a_failed_run_leaves_no_results_behind(spark: Any, tmp_path: Path) -> None:
+    # The service module is missing: every task of the trigger stage fails.
+    (tmp_path / "triggers.toml").write_text(
+        '[[trigger]]\nname = "t"\ntypes = ["a"]\nservice = "no_such_module:run"\n')
+    (tmp_path / "input.jsonl").write_text(
+        '{"ts": 1, "topic": "a", "value": {"uuid": "a-1", "type": "a"}}\n')
+    output = tmp_path / "out"
+    with pytest.raises(Exception, match="no_such_module"):
+        replay_to_files(spark, list_archive(spark, str(tmp_path / "input.jsonl")),
+                        ReplayPlan(load_scenario(tmp_path).triggers, str(tmp_path),
+                                   partitions=2),
+                        str(output), Progress(spark, stream=io.StringIO()))
+    assert not (output / "_results").exists()
+    assert not (output / "journal.parquet").exists()
+
+
 def test_cli_replay_spark_prints_the_expected_journal() -> None:
     folder = SCENARIOS / "and_join_expire"
     onceflow = Path(sys.executable).parent / "onceflow"
