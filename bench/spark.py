@@ -11,6 +11,9 @@ joins over 3 types, 1% bad input), runs both commands in this run, and prints:
   the five contract fields (trigger, outcome, identity, activation, ts and its type).
 
 The machine's load average is printed too: on a shared machine the rates move with it.
+So is whether the run found the archive of Spark's classes that the first local run on a
+machine writes (docs/spark.md, "Local runs"): without it the JVM starts about 2.5 s
+slower, and the run that writes it takes about 10 s more.
 """
 
 from __future__ import annotations
@@ -41,6 +44,18 @@ def journal_multiset(lines: list[bytes]) -> Counter[tuple[object, ...]]:
     return counts
 
 
+def class_data_state() -> str:
+    """Whether the Spark run maps the archive of Spark's classes that earlier runs wrote."""
+    from onceflow.pipeline.session import CLASS_DATA_ENV, class_data_folder
+
+    if os.environ.get(CLASS_DATA_ENV, "1").lower() in ("0", "false", "no", "off"):
+        return f"off ({CLASS_DATA_ENV}=0)"
+    folder = Path(class_data_folder())
+    if any(folder.glob("spark-*.jsa")):
+        return f"present in {folder} (written by an earlier run)"
+    return f"absent: this run writes it into {folder} (once, about 10 s more)"
+
+
 def cpu_seconds() -> float:
     """CPU time of this process's finished children (the commands measured)."""
     times = os.times()
@@ -56,6 +71,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_scenario(Path(tmp) / "scenario", generate_lines(args.documents))
         output = Path(tmp) / "spark-out"
+        class_data = class_data_state()
         load_before = os.getloadavg()[0]
         cpu = cpu_seconds()
         start = time.perf_counter()
@@ -95,6 +111,7 @@ def main() -> None:
     print(f"results identical            {'yes' if identical else 'NO'} (journal multisets)")
     print(f"target 50,000 documents/s    end to end {'met' if spark_rate >= 50_000 else 'NOT met'}"
           f", within the job {'met' if job_rate >= 50_000 else 'NOT met'}")
+    print(f"class-data archive           {class_data}")
     print(f"load average                 {load_before:.2f} before, {load_after:.2f} after "
           f"({os.cpu_count()} cores); spark driver CPU {spark_cpu_driver:.1f} s")
 
