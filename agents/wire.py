@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 from onceflow.engine import DEAD_LETTER_TOPIC
-from onceflow.envelope import Document
+from onceflow.envelope import Document, json_kind
 from onceflow.journal import JournalRecord
 from onceflow.processor import Output
 from onceflow.tables.outbox import Outbox, partition_for
@@ -69,20 +69,6 @@ _DOC_FIELDS: dict[str, tuple[tuple[type, ...], bool, bool]] = {
 }
 
 
-def _kind_of(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
 def _check(message: dict[str, Any], name: str, types: tuple[type, ...], *,
            null: bool = False, required: bool = True, what: str = "") -> None:
     """Raise BadMessage unless message[name] is one of `types` (bool is not a number)."""
@@ -99,7 +85,7 @@ def _check(message: dict[str, Any], name: str, types: tuple[type, ...], *,
     if isinstance(value, bool) and bool not in types:
         raise BadMessage(f"{where} must be {_expected(types)}, got a boolean")
     if not isinstance(value, types):
-        raise BadMessage(f"{where} must be {_expected(types)}, got {_kind_of(value)}")
+        raise BadMessage(f"{where} must be {_expected(types)}, got {json_kind(value)}")
 
 
 def _expected(types: tuple[type, ...]) -> str:
@@ -113,7 +99,7 @@ def _expected(types: tuple[type, ...]) -> str:
 def routed_document(data: Any) -> Document:
     """The document of a routed message ("d"), checked field by field."""
     if not isinstance(data, dict):
-        raise BadMessage(f"field 'd' must be an object, got {_kind_of(data)}")
+        raise BadMessage(f"field 'd' must be an object, got {json_kind(data)}")
     for name, (types, null, required) in _DOC_FIELDS.items():
         _check(data, name, types, null=null, required=required, what="document ")
     headers = data.get("headers") or {}
@@ -139,12 +125,12 @@ def read_message(value: bytes | None) -> tuple[str, dict[str, Any], Document | N
     except orjson.JSONDecodeError:
         raise BadMessage("the value is not JSON") from None
     if not isinstance(message, dict):
-        raise BadMessage(f"the value is JSON but not an object (got {_kind_of(message)})")
+        raise BadMessage(f"the value is JSON but not an object (got {json_kind(message)})")
     kind = message.get("k")
     if not isinstance(kind, str):
         raise BadMessage("field 'k' (the message kind) is missing" if kind is None else
                          f"field 'k' (the message kind) must be a string, got "
-                         f"{_kind_of(kind)}")
+                         f"{json_kind(kind)}")
     if kind not in KINDS:
         shown = kind if len(kind) <= 80 else kind[:80] + "..."
         raise BadMessage(f"unknown message kind {shown!r} (known: {', '.join(KINDS)})")

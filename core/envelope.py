@@ -219,11 +219,11 @@ def check_envelope(value: Any) -> None:
     if not isinstance(value, dict):
         if isinstance(value, NotJson):
             raise BadEnvelope("the value is not JSON")
-        raise BadEnvelope(f"the value is JSON but not an object (got {_json_kind(value)})")
+        raise BadEnvelope(f"the value is JSON but not an object (got {json_kind(value)})")
     for name in ENVELOPE_STRINGS:
         if name in value and not isinstance(value[name], str):
             raise BadEnvelope(
-                f"envelope field {name!r} must be a string, got {_json_kind(value[name])}"
+                f"envelope field {name!r} must be a string, got {json_kind(value[name])}"
             )
 
 
@@ -236,7 +236,8 @@ def parse_delivery_count(header: str) -> int:
     return count if count >= 1 else UNDEFINED_DELIVERY
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """How a JSON value is named in error messages ("a string", "null", ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):

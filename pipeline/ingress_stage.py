@@ -37,7 +37,6 @@ from .rows import (
     final_fields,
     paused_gc,
 )
-from .shipping import Shipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +93,14 @@ class IngressStage:
     """mapInArrow function: READ_SCHEMA rows in, ROUTED_SCHEMA rows out."""
 
     def __init__(self, triggers: TriggerSet, slots: Slots, files: tuple[str, ...] = ()) -> None:
-        self.triggers = Shipped(triggers)
+        self.triggers = triggers
         self.slots = slots
         self.files = files
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Admit every record of this task's topic-partitions, in position order."""
         with paused_gc():
-            yield from _IngressTask(self.triggers.value, self.slots, self.files).run(batches)
+            yield from _IngressTask(self.triggers, self.slots, self.files).run(batches)
 
 
 class _IngressTask:

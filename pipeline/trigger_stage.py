@@ -35,7 +35,6 @@ from onceflow.triggers import TriggerSet
 
 from .local_output import write_results
 from .rows import SUMMARY, ResultBuilder, final_of, paused_gc
-from .shipping import Shipped
 
 BATCH_ROWS = 10_000
 NO_CUTOFF = float("inf")
@@ -72,7 +71,7 @@ class TriggerStage:
     def __init__(self, triggers: TriggerSet, base_dir: str | None,
                  seeds: list[HistorySeed], cutoffs: dict[str, int],
                  results_dir: str | None = None) -> None:
-        self.triggers = Shipped(triggers)
+        self.triggers = triggers
         self.base_dir = base_dir
         self.seeds = seeds
         self.cutoffs = cutoffs
@@ -88,7 +87,7 @@ class TriggerStage:
 
     def _results(self, batches: Iterator[pa.RecordBatch]) -> Iterator[ResultBuilder]:
         """The task's results, whenever enough of them are ready to be taken."""
-        triggers = self.triggers.value
+        triggers = self.triggers
         engine = Engine(triggers, base_dir=Path(self.base_dir) if self.base_dir else None)
         try:
             with paused_gc():
