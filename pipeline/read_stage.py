@@ -185,8 +185,6 @@ class ReadLines:
             yield from self._run(batches)
 
     def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        loads = orjson.loads
-        decode_error = orjson.JSONDecodeError
         splits = _Splits(self.ranks, "line")
         out = _Blocks()
         for batch in batches:
@@ -196,19 +194,7 @@ class ReadLines:
             for line, file, start in zip(lines, files, starts, strict=True):
                 if start != splits.start or file != splits.file:
                     splits.enter(file, start, start, out)
-                pos = splits.base + splits.row
-                splits.row += 1
-                if out.block is None:
-                    out.block = pos
-                try:
-                    item = loads(line)
-                except decode_error as exc:
-                    if not line.strip():
-                        continue  # blank lines are skipped, as replay skips them
-                    out.malformed.append((pos, splits.where(), f"not a JSON line: {exc}",
-                                          line))
-                    continue
-                _route(item, pos, splits, out, line)
+                _read_line(line, splits, out)
             out.close_block()
             rows = out.batch()
             if rows is not None:
@@ -217,6 +203,23 @@ class ReadLines:
         rows = out.batch()
         if rows is not None:
             yield rows
+
+
+def _read_line(line: str | bytes, splits: _Splits, out: _Blocks) -> None:
+    """Number one line of the current split, parse it, and route it (or report it)."""
+    pos = splits.base + splits.row
+    splits.row += 1
+    if out.block is None:
+        out.block = pos
+    try:
+        item = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        if not line.strip():
+            return  # blank lines are skipped, as replay skips them
+        text = line if isinstance(line, str) else line.decode("utf-8", "replace")
+        out.malformed.append((pos, splits.where(), f"not a JSON line: {exc}", text))
+        return
+    _route(item, pos, splits, out, line)
 
 
 # Lines of a split handled as one block by the local reader (as an Arrow batch would be).
@@ -250,27 +253,13 @@ class ReadLocalLines:
                     yield from self._run(self.tasks[task])
 
     def _run(self, task: list[tuple[str, str, int, int]]) -> Iterator[pa.RecordBatch]:
-        loads = orjson.loads
-        decode_error = orjson.JSONDecodeError
         splits = _Splits(self.ranks, "line")
         out = _Blocks()
         for file, path, start, end in task:
             splits.enter(file, start, start, out)
             for lines in _split_lines(path, start, end):
                 for line in lines:
-                    pos = splits.base + splits.row
-                    splits.row += 1
-                    if out.block is None:
-                        out.block = pos
-                    try:
-                        item = loads(line)
-                    except decode_error as exc:
-                        if not line.strip():
-                            continue  # blank lines are skipped, as replay skips them
-                        out.malformed.append((pos, splits.where(), f"not a JSON line: {exc}",
-                                              line.decode("utf-8", "replace")))
-                        continue
-                    _route(item, pos, splits, out, line)
+                    _read_line(line, splits, out)
                 out.close_block()
                 rows = out.batch()
                 if rows is not None:
