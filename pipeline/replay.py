@@ -70,6 +70,22 @@ def _suspensions(rows: pa.Table) -> dict[str, int]:
     return first
 
 
+def _settled(plan: ReplayPlan, summary: ReplaySummary, found: dict[str, int],
+             attempt: int) -> bool:
+    """Whether a pass's suspensions are the ones it was planned with; else plan pass 2.
+
+    Suspensions cut each trigger's documents at a position, and a pass only knows them
+    once it has run: a first pass that found new ones runs again with them.
+    """
+    if found == plan.cutoffs:
+        return True
+    if attempt == 2:
+        raise PipelineError(f"suspensions moved between passes: {plan.cutoffs} -> {found}")
+    plan.cutoffs = found
+    summary.passes = 2
+    return False
+
+
 def replay_in_memory(spark: Any, archive: Archive, plan: ReplayPlan,
                      progress: Progress | None = None) -> tuple[pa.Table, ReplaySummary]:
     """Run the replay and collect every result row to the driver (scenarios, tests)."""
@@ -83,12 +99,8 @@ def replay_in_memory(spark: Any, archive: Archive, plan: ReplayPlan,
         else:
             table = frame.toArrow()
         found = _suspensions(table)
-        if found == plan.cutoffs:
+        if _settled(plan, summary, found, attempt):
             break
-        if attempt == 2:
-            raise PipelineError(f"suspensions moved between passes: {plan.cutoffs} -> {found}")
-        plan.cutoffs = found
-        summary.passes = 2
     summary.cutoffs = dict(plan.cutoffs)
     datasets = table.column("dataset").to_pylist()
     triggers = table.column("trigger").to_pylist()
@@ -209,12 +221,8 @@ def _replay_direct(spark: Any, archive: Archive, plan: ReplayPlan, folder: str,
             raise
         found = {trigger: first for (trigger, outcome), first in manifest.first.items()
                  if outcome == SUSPENDED and trigger is not None}
-        if found == plan.cutoffs:
+        if _settled(plan, summary, found, attempt):
             break
-        if attempt == 2:
-            raise PipelineError(f"suspensions moved between passes: {plan.cutoffs} -> {found}")
-        plan.cutoffs = found
-        summary.passes = 2
     commit(root, folder, manifest)
     summary.counts, summary.held = manifest.counts, manifest.held
     summary.cutoffs = dict(plan.cutoffs)
@@ -239,12 +247,8 @@ def _replay_with_spark_writer(spark: Any, archive: Archive, plan: ReplayPlan, fi
         summary.counts = {(row["trigger"], row["outcome"]): row["n"] for row in counts}
         found = {row["trigger"]: row["first"] for row in counts
                  if row["outcome"] == SUSPENDED}
-        if found == plan.cutoffs:
+        if _settled(plan, summary, found, attempt):
             break
-        if attempt == 2:
-            raise PipelineError(f"suspensions moved between passes: {plan.cutoffs} -> {found}")
-        plan.cutoffs = found
-        summary.passes = 2
     summary.cutoffs = dict(plan.cutoffs)
     with progress.job("journal as JSON lines"):
         journal.select("json").write.mode("overwrite").text(files.uri("journal.jsonl"))
