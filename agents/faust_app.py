@@ -111,11 +111,23 @@ class UncommittedTimes:
         return oldest
 
 
+# Faust's own web views: `/table/...` serves raw table contents (history entries, the
+# duplicate-ID cache, the documents of open joins, partition time), `/router/...` the
+# cluster's addresses and key owners, `/`, `/assignment/`, `/graph` and `/performance/`
+# internals.  None is guarded, and onceflow uses none of them (its views ask Faust's router
+# directly), so all are off.  Set after the app is built, because Faust lets environment
+# variables (APP_WEB_TABLES_ENABLED, ...) override what the app is given.
+FAUST_VIEWS_OFF = ("web_tables_enabled", "web_router_enabled", "web_stats_enabled",
+                   "web_graph_enabled", "web_metrics_enabled")
+
+
 def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | None]],
               options: WorkerOptions, faust_settings: dict[str, Any]) -> OnceflowApp:
     """The Faust app of a worker (not started)."""
     names = wire.Names(options.prefix)
     app = OnceflowApp(names.app_id, **faust_settings)
+    for setting in FAUST_VIEWS_OFF:
+        setattr(app.conf, setting, False)
     partitions = options.partitions
     tables = {}
     for name in TABLES:

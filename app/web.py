@@ -55,7 +55,11 @@ async def forward(app: OnceflowApp, view: View, request: Request, partition: int
 
 
 def authorized(settings: WorkerSettings, request: Request) -> bool:
-    """Whether the request carries the admin token."""
+    """Whether the request carries the admin token.
+
+    Header values are compared as the bytes that came over the wire (the server decodes
+    them with surrogateescape): a token that is not UTF-8 is simply a wrong token.
+    """
     if settings.admin_token is None:
         return False
     given = request.headers.get("X-Onceflow-Token") or ""
@@ -63,7 +67,12 @@ def authorized(settings: WorkerSettings, request: Request) -> bool:
     if bearer.startswith("Bearer "):
         given = given or bearer[len("Bearer "):]
     expected = settings.admin_token.get_secret_value()
-    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+    try:
+        return bool(given) and bool(expected) and hmac.compare_digest(
+            given.encode("utf-8", "surrogateescape"),
+            expected.encode("utf-8", "surrogateescape"))
+    except UnicodeError:  # a lone surrogate that did not come from undecodable bytes
+        return False
 
 
 def local_triggers(app: OnceflowApp) -> dict[str, Any]:
