@@ -38,6 +38,11 @@ class WorkerOptions:
     # Topics read although no trigger takes documents from them: every record on them is
     # bad input (a live replay reads every topic its scenario writes).
     extra_topics: tuple[str, ...] = ()
+    # Topics the worker creates on the fly (reply-to topics): replicas (-1: the broker's
+    # default), topic configs, and whether it may create topics at all.
+    replication_factor: int = -1
+    topic_config: tuple[tuple[str, str], ...] = ()
+    create_topics: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from . import wire
 from .context import TABLES, StateTable, WorkerOptions
 from .runtime import Runtime
 from .topics import KafkaTopicMaker
-from .transport import Transport, bootstrap_of
+from .transport import Transport, bootstrap_of, client_auth
 
 log = logging.getLogger("onceflow.worker")
 # The offsets of every batch, at INFO (ONCEFLOW_DEBUG_BATCHES=true); quiet otherwise.
@@ -53,17 +53,22 @@ class OnceflowApp(faust.App):
         self.consumer.bulk_delivery = self.bulk_delivery
         if self.onceflow_producer is None:
             bootstrap = bootstrap_of(self.conf.broker_producer)
-            limit = self.runtime.options.max_record_bytes
+            auth = client_auth(self.conf)
+            options = self.runtime.options
+            limit = options.max_record_bytes
             # A producer batch never exceeds what the broker takes (a record that does not
             # fit beside others goes in a batch of its own, within the limit: limits.py).
             producer = AIOKafkaProducer(
                 bootstrap_servers=bootstrap, acks="all", enable_idempotence=False,
                 linger_ms=0, max_batch_size=min(1024 * 1024, limit),
-                max_request_size=max(8 * 1024 * 1024, limit + 1024))
+                max_request_size=max(8 * 1024 * 1024, limit + 1024), **auth)
             await producer.start()
             self.onceflow_producer = producer
             self.runtime.sender = KafkaSender(producer, max_record_bytes=limit)
-            self.runtime.topics = KafkaTopicMaker(bootstrap, self.runtime.options.partitions)
+            self.runtime.topics = KafkaTopicMaker(
+                bootstrap, options.partitions, auth=auth,
+                replication=options.replication_factor, config=dict(options.topic_config),
+                create=options.create_topics)
 
     async def on_stop(self) -> None:
         """Stop the producer after Faust stopped consuming."""

@@ -5,7 +5,9 @@ that does not exist on a broker that does not create topics on first produce, a 
 worker may not write.  Producing to such a topic would make the producer wait for its
 metadata (about 40 s) and then fail the worker's whole batch.  So the worker checks the name
 first (Kafka's rule), creates a missing topic as it creates its other output topics (with
-ONCEFLOW_PARTITIONS partitions, one replica), and remembers what it found.
+ONCEFLOW_PARTITIONS partitions, ONCEFLOW_REPLICATION_FACTOR replicas and
+ONCEFLOW_TOPIC_CONFIG; not at all with ONCEFLOW_CREATE_TOPICS=false, when the produce
+decides), and remembers what it found.
 """
 
 from __future__ import annotations
@@ -71,12 +73,17 @@ class AnyTopic:
 
 
 class KafkaTopicMaker:
-    """Creates missing topics with the worker's partition count and one replica."""
+    """Creates missing topics with the worker's partition count, replicas and configs."""
 
-    def __init__(self, bootstrap: str, partitions: int, *,
-                 clock: Any = time.monotonic) -> None:
+    def __init__(self, bootstrap: str, partitions: int, *, auth: dict[str, Any] | None = None,
+                 replication: int = -1, config: dict[str, str] | None = None,
+                 create: bool = True, clock: Any = time.monotonic) -> None:
         self.bootstrap = bootstrap
         self.partitions = partitions
+        self.auth = auth or {}
+        self.replication = replication
+        self.config = config or {}
+        self.create = create
         self._clock = clock
         self._admin: Any = None
         self._known: set[str] = set()
@@ -91,11 +98,14 @@ class KafkaTopicMaker:
             if self._clock() < broken[0]:
                 return broken[1]
             del self._broken[topic]
+        if not self.create:
+            return None  # the deployment creates topics; the produce decides
         from aiokafka.admin import NewTopic
 
         try:
             admin = await self._connect()
-            response = await admin.create_topics([NewTopic(topic, self.partitions, 1)])
+            response = await admin.create_topics([NewTopic(
+                topic, self.partitions, self.replication, topic_configs=self.config)])
             codes = [code for _, code, *_ in response.topic_errors]
         except Exception as exc:  # the admin connection: try the produce anyway
             log.warning("could not create reply-to topic %s: %r", topic, exc)
@@ -122,7 +132,7 @@ class KafkaTopicMaker:
         if self._admin is None:
             from aiokafka.admin import AIOKafkaAdminClient
 
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, **self.auth)
             await admin.start()
             self._admin = admin
         return self._admin

@@ -39,8 +39,18 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 log = logging.getLogger("onceflow.transport")
 
 
+def client_auth(conf: Any) -> dict[str, Any]:
+    """Security keyword arguments of aiokafka clients, from the app's broker_credentials.
+
+    The app's credentials come from onceflow's security settings (app/security.py), so
+    the worker's own clients connect exactly as Faust's consumer and producer do.
+    """
+    return dict(faust_aiokafka.credentials_to_aiokafka_auth(conf.broker_credentials))
+
+
 async def fetch_highwaters(bootstrap: str, ends: Mapping[Any, int | None],
-                           timeout: float = 10.0) -> dict[Any, int | None]:
+                           timeout: float = 10.0, auth: Mapping[str, Any] | None = None
+                           ) -> dict[Any, int | None]:
     """The true end offsets of partitions, from Fetch responses.
 
     `ends` are ListOffsets(latest) answers; a partition answered 0 is empty.
@@ -50,7 +60,7 @@ async def fetch_highwaters(bootstrap: str, ends: Mapping[Any, int | None],
     if not todo:
         return result
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                fetch_max_wait_ms=50)
+                                fetch_max_wait_ms=50, **(auth or {}))
     await consumer.start()
     try:
         tps = {tp: TopicPartition(tp.topic, tp.partition) for tp in todo}
@@ -100,7 +110,8 @@ class FetchHighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
         if self.consumer.in_transaction:
             return ends
         bootstrap = bootstrap_of(self.app.conf.broker_consumer)
-        fixed = await fetch_highwaters(bootstrap, dict(ends))
+        fixed = await fetch_highwaters(bootstrap, dict(ends),
+                                       auth=client_auth(self.app.conf))
         changed = {tp: (ends[tp], fixed[tp]) for tp in ends if ends[tp] != fixed[tp]}
         if changed:
             log.info("highwaters corrected by Fetch (ListOffsets, Fetch): %s", changed)

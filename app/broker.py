@@ -59,10 +59,19 @@ class EmbeddedBroker:
     """A tansu broker process on 127.0.0.1 (memory storage)."""
 
     def __init__(self, port: int | None = None, host: str = "127.0.0.1",
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, *, authentication: bool = False,
+                 advertised_port: int | None = None) -> None:
+        """A broker on host:port (a free port when none is given).
+
+        `authentication`: clients must authenticate (SASL SCRAM, users made with `tansu
+        user create`); `advertised_port`: the port named to clients in metadata, when a
+        proxy in front of tansu takes their connections.
+        """
         self.host = host
         self.port = port or free_port(host)
         self.log_path = log_path
+        self.authentication = authentication
+        self.advertised_port = advertised_port
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -79,8 +88,11 @@ class EmbeddedBroker:
     def start(self, timeout: float = 10.0) -> EmbeddedBroker:
         """Start tansu and wait until it accepts connections."""
         listener = f"tcp://{self.host}:{self.port}"
+        advertised = f"tcp://{self.host}:{self.advertised_port or self.port}"
         command = [str(tansu_binary()), "broker", "--listener-url", listener,
-                   "--advertised-listener-url", listener, "--storage-engine", "memory://tansu/"]
+                   "--advertised-listener-url", advertised, "--storage-engine", "memory://tansu/"]
+        if self.authentication:
+            command.append("--authentication")
         output: int | IO[bytes] = subprocess.DEVNULL
         if self.log_path is not None:
             output = self._log = open(self.log_path, "ab")

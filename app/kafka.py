@@ -1,4 +1,8 @@
-"""Talking to the broker from the commands: creating topics, reading a topic to its end.
+"""Talking to the broker from the commands: producing, reading a topic to its end.
+
+Every client here connects as security.py says (a `Cluster`; a plain "host:port" string
+is an open PLAINTEXT broker, as in the tests), and one that cannot connect stops the
+command with one line (ConnectionFailed).
 
 "Its end" is the high watermark of Fetch responses, not ListOffsets: the embedded broker
 answers ListOffsets(latest) with the base offset of the last record batch plus one (see
@@ -9,64 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from onceflow.agents.wire import Names
-from onceflow.errors import ConfigError
-from onceflow.triggers import TriggerSet
 
-TOPIC_ALREADY_EXISTS = 36
+from .security import Cluster, as_cluster, started
 
 
-def worker_topics(triggers: TriggerSet, names: Names,
-                  extra: Iterable[str] = ()) -> tuple[list[str], list[str]]:
-    """(topics the worker reads, topics it writes), under their real names."""
-    reads = [names.topic(t) for t in dict.fromkeys((*triggers.input_topics, *extra))]
-    reads.append(names.route)
-    writes = [names.journal, names.acks, names.dead_letter]
-    for trigger in triggers.triggers:
-        writes += [names.topic(trigger.output), names.topic(trigger.error),
-                   names.topic(trigger.in_doubt)]
-    return reads, list(dict.fromkeys(t for t in writes if t not in reads))
-
-
-async def ensure_topics(bootstrap: str, reads: list[str], writes: list[str],
-                        partitions: int) -> None:
-    """Create missing topics with `partitions` partitions; check the ones read.
-
-    Every topic a worker reads must have exactly `partitions` partitions: Faust gives
-    partition p of every such topic, and of every table, to the same worker.
-    """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        wanted = list(dict.fromkeys([*reads, *writes]))
-        response = await admin.create_topics(
-            [NewTopic(name, partitions, 1) for name in wanted])
-        for name, code, *_ in response.topic_errors:
-            if code not in (0, TOPIC_ALREADY_EXISTS):
-                raise ConfigError("broker", f"topic {name!r}",
-                                  f"cannot be created (Kafka error code {code})")
-        described = await admin.describe_topics(reads)
-    finally:
-        await admin.close()
-    for topic in described:
-        count = len(topic.get("partitions") or ())
-        if count and count != partitions:
-            raise ConfigError(
-                "broker", f"topic {topic['topic']!r}",
-                f"has {count} partitions; every topic the worker reads needs ONCEFLOW_PARTITIONS "
-                f"({partitions}): recreate the topic or set ONCEFLOW_PARTITIONS={count}")
-
-
-async def read_topic(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[Any]:
+async def read_topic(where: Cluster | str, topic: str, *, timeout: float = 30.0
+                     ) -> list[Any]:
     """Every record of a topic, from the beginning to its current end."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                fetch_max_wait_ms=50, max_partition_fetch_bytes=8 << 20)
-    await consumer.start()
+    cluster = as_cluster(where)
+    consumer = await started(AIOKafkaConsumer(
+        enable_auto_commit=False, fetch_max_wait_ms=50, max_partition_fetch_bytes=8 << 20,
+        **cluster.client_kwargs()), cluster)
     try:
         partitions = await _partitions(consumer, topic)
         if not partitions:
@@ -106,14 +66,14 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str, timeout: float = 1
 class Producer:
     """A plain producer for the commands (acks=all; no idempotence, which tansu lacks)."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                          enable_idempotence=False,
-                                          max_request_size=8 * 1024 * 1024)
+    def __init__(self, where: Cluster | str) -> None:
+        self._cluster = as_cluster(where)
+        self._producer = AIOKafkaProducer(acks="all", enable_idempotence=False,
+                                          max_request_size=8 * 1024 * 1024,
+                                          **self._cluster.client_kwargs())
 
     async def __aenter__(self) -> AIOKafkaProducer:
-        await self._producer.start()
-        return self._producer
+        return await started(self._producer, self._cluster)
 
     async def __aexit__(self, *exc: object) -> None:
         await self._producer.stop()
@@ -122,8 +82,8 @@ class Producer:
 class TopicFollower:
     """Reads a topic from its beginning in the background, as records arrive."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, where: Cluster | str, topic: str) -> None:
+        self.cluster = as_cluster(where)
         self.topic = topic
         self.records: list[Any] = []
         self.arrived = asyncio.Event()
@@ -133,9 +93,9 @@ class TopicFollower:
 
     async def start(self) -> TopicFollower:
         """Start reading."""
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    fetch_max_wait_ms=20, max_partition_fetch_bytes=8 << 20)
-        await consumer.start()
+        consumer = await started(AIOKafkaConsumer(
+            enable_auto_commit=False, fetch_max_wait_ms=20, max_partition_fetch_bytes=8 << 20,
+            **self.cluster.client_kwargs()), self.cluster)
         self._consumer = consumer
         partitions = await _partitions(consumer, self.topic, timeout=30.0)
         if not partitions:

@@ -33,6 +33,7 @@ from .broker import EmbeddedBroker, free_port
 from .feed import FeedRecord, JournalMapper, feed, seed_message, seed_partitions
 from .kafka import Producer, TopicFollower, read_topic
 from .process import WorkerProcess
+from .security import Cluster, as_cluster, security_from_env
 
 ANSWERS = TERMINAL | {JOIN_PENDING, SUSPENDED}
 BASE_TIME = 1_700_000_000  # seconds; record timestamps are BASE_TIME + ts
@@ -62,18 +63,20 @@ def live_env(bootstrap: str, prefix: str, partitions: int, data_dir: Path,
     if embedded:
         env["ONCEFLOW_SESSION_TIMEOUT"] = "2"
         env["ONCEFLOW_HEARTBEAT_INTERVAL"] = "0.3"
+        env["ONCEFLOW_SECURITY_PROTOCOL"] = "PLAINTEXT"  # the embedded broker is open
     return env
 
 
 class LiveRun:
     """One scenario through one worker, driven record by record."""
 
-    def __init__(self, scenario: Scenario, bootstrap: str, workdir: Path, *,
+    def __init__(self, scenario: Scenario, where: Cluster | str, workdir: Path, *,
                  partitions: int | None = None, record_timeout: float = 60.0,
                  embedded: bool = True) -> None:
         """`embedded`: the broker is the embedded one (see live_env)."""
         self.scenario = scenario
-        self.bootstrap = bootstrap
+        self.cluster = as_cluster(where)
+        bootstrap = self.bootstrap = self.cluster.bootstrap
         self.workdir = workdir
         self.prefix = f"live-{uuid.uuid4().hex[:10]}."
         self.names = wire.Names(self.prefix)
@@ -95,12 +98,12 @@ class LiveRun:
     async def run(self) -> list[dict[str, Any]]:
         """Start the worker, send everything, and return the journal in scenario terms."""
         await asyncio.to_thread(self.worker.start().wait_ready)
-        journal = TopicFollower(self.bootstrap, self.names.journal)
-        acks = TopicFollower(self.bootstrap, self.names.acks)
+        journal = TopicFollower(self.cluster, self.names.journal)
+        acks = TopicFollower(self.cluster, self.names.acks)
         await journal.start()
         await acks.start()
         try:
-            async with Producer(self.bootstrap) as producer:
+            async with Producer(self.cluster) as producer:
                 await self._seed(producer, acks)
                 now: float | None = None
                 for item in feed(self.scenario):
@@ -124,7 +127,7 @@ class LiveRun:
             await journal.stop()
             await acks.stop()
         lines = [orjson.loads(r.value) for r in
-                 await read_topic(self.bootstrap, self.names.journal)]
+                 await read_topic(self.cluster, self.names.journal)]
         return [self.mapper.map(line) for line in lines]
 
     def stop(self) -> None:
@@ -213,10 +216,13 @@ def run_live(path: str, *, bootstrap: str | None = None,
     scenario = load_scenario(path)
     workdir = Path(tempfile.mkdtemp(prefix="onceflow-live-"))
     broker = None
+    where: Cluster | str
     if bootstrap is None:
         broker = EmbeddedBroker(log_path=workdir / "broker.log").start()
-        bootstrap = broker.bootstrap
-    run = LiveRun(scenario, bootstrap, workdir, embedded=broker is not None)
+        where = broker.bootstrap
+    else:  # the worker, a child process, reads the same ONCEFLOW_* security settings
+        where = Cluster(bootstrap, security_from_env())
+    run = LiveRun(scenario, where, workdir, embedded=broker is not None)
     try:
         return asyncio.run(run.run())
     finally:

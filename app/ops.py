@@ -30,6 +30,7 @@ from onceflow.triggers import load_triggers
 
 from .kafka import Producer, read_topic
 from .process import http_json
+from .security import Cluster, started
 from .settings import WorkerSettings
 
 
@@ -72,7 +73,7 @@ def send_file(path: str, settings: WorkerSettings, base_time: float | None) -> i
                             f": the broker would refuse {them}; nothing was sent")
 
     async def publish() -> None:
-        async with Producer(settings.bootstrap_servers) as producer:
+        async with Producer(settings.cluster) as producer:
             for topic, partition, key, value, headers, timestamp_ms in outgoing:
                 await producer.send_and_wait(topic, value, key=key, partition=partition,
                                              timestamp_ms=timestamp_ms, headers=headers)
@@ -109,10 +110,10 @@ def show_history(web: str, trigger: str, identity: str, activation: str | None) 
     return 0
 
 
-async def _original(bootstrap: str, topic: str, partition: int, offset: int) -> Any:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                max_partition_fetch_bytes=8 << 20)
-    await consumer.start()
+async def _original(cluster: Cluster, topic: str, partition: int, offset: int) -> Any:
+    consumer = await started(AIOKafkaConsumer(
+        enable_auto_commit=False, max_partition_fetch_bytes=8 << 20,
+        **cluster.client_kwargs()), cluster)
     try:
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
@@ -150,7 +151,7 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
     limit = settings.max_record_bytes
 
     async def run() -> int:
-        journal = await read_topic(settings.bootstrap_servers, names.journal)
+        journal = await read_topic(settings.cluster, names.journal)
         chosen: dict[tuple[str, int, int], None] = {}
         for record in journal:
             line = _journal_line(record)
@@ -170,7 +171,7 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
         planned: list[tuple[str, int, bytes, bytes, bytes]] = []
         too_large: list[str] = []
         for topic, partition, offset in chosen:
-            original = await _original(settings.bootstrap_servers, names.topic(topic),
+            original = await _original(settings.cluster, names.topic(topic),
                                        partition, offset)
             if original is None:
                 print(f"onceflow: {topic}/{partition}@{offset} is no longer on its topic; "
@@ -208,7 +209,7 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
             print(f"onceflow: resubmit {trigger.name} {where}")
         if dry_run or not planned:
             return len(planned)
-        async with Producer(settings.bootstrap_servers) as producer:
+        async with Producer(settings.cluster) as producer:
             for _, target, key, forget, routed in planned:
                 await producer.send(names.route, forget, key=key, partition=target)
                 await producer.send(names.route, routed, key=key, partition=target)

@@ -5,6 +5,7 @@ A wrong value stops the worker at start with the variable's name and what was ex
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +13,8 @@ from onceflow.agents.context import WorkerOptions
 from onceflow.errors import ConfigError
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .security import Cluster, SecuritySettings, bootstrap_servers, security_from_env
 
 
 class WorkerSettings(BaseSettings):
@@ -45,6 +48,42 @@ class WorkerSettings(BaseSettings):
     heartbeat_interval: float = Field(1.0, gt=0, description="group heartbeat, seconds")
     log_level: str = Field("warn", description="crit, error, warn, info or debug")
     debug_batches: bool = Field(False, description="log the offsets of every batch")
+    # How clients connect: ONCEFLOW_SECURITY_PROTOCOL, ONCEFLOW_SASL_*, ONCEFLOW_SSL_*
+    # (security.py reads them; a wrong one stops the worker at start).
+    security: SecuritySettings = Field(default_factory=security_from_env, exclude=True)
+    replication_factor: int = Field(
+        -1, ge=-1, description="replicas of every topic onceflow creates; -1: the broker's "
+        "default.replication.factor")
+    topic_config: Annotated[tuple[tuple[str, str], ...], NoDecode] = Field(
+        (), description="name=value,... topic configs of every topic onceflow creates "
+        "(e.g. min.insync.replicas=2)")
+    create_topics: bool = Field(
+        True, description="create missing topics; false: only check the pre-created ones")
+
+    @field_validator("replication_factor")
+    @classmethod
+    def _replicas(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("0 replicas: use -1 (the broker's default) or 1 or more")
+        return value
+
+    @field_validator("topic_config", mode="before")
+    @classmethod
+    def _split_config(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            pairs = []
+            for item in (part.strip() for part in value.split(",")):
+                if not item:
+                    continue
+                name, equals, setting = item.partition("=")
+                if not equals or not name.strip() or not setting.strip():
+                    raise ValueError(f"{item!r} is not name=value")
+                if name.strip() == "cleanup.policy":
+                    raise ValueError("cleanup.policy is onceflow's to set (changelogs are "
+                                     "compacted, every other topic is not)")
+                pairs.append((name.strip(), setting.strip()))
+            return tuple(pairs)
+        return value
 
     @field_validator("extra_topics", mode="before")
     @classmethod
@@ -67,13 +106,12 @@ class WorkerSettings(BaseSettings):
     @property
     def bootstrap_servers(self) -> str:
         """host:port,... for Kafka clients."""
-        servers = []
-        for part in self.broker_url.split(","):
-            part = part.strip()
-            if "://" in part:
-                part = part.split("://", 1)[1]
-            servers.append(part.rstrip("/"))
-        return ",".join(servers)
+        return bootstrap_servers(self.broker_url)
+
+    @cached_property
+    def cluster(self) -> Cluster:
+        """The cluster and how every client connects to it (security.py)."""
+        return Cluster(self.bootstrap_servers, self.security)
 
     @property
     def web_url(self) -> str:
@@ -88,7 +126,9 @@ class WorkerSettings(BaseSettings):
             max_retry_wait=self.max_retry_wait, tick_interval=self.tick_interval,
             idle_ticks=self.idle_ticks, idle_after=self.idle_after,
             history_sweeps=self.history_sweeps, max_document_bytes=self.max_document_bytes,
-            max_record_bytes=self.max_record_bytes, extra_topics=self.extra_topics)
+            max_record_bytes=self.max_record_bytes, extra_topics=self.extra_topics,
+            replication_factor=self.replication_factor, topic_config=self.topic_config,
+            create_topics=self.create_topics)
 
     def faust_settings(self) -> dict[str, Any]:
         """Settings of the Faust app (see docs/operations.md for why each is set)."""
@@ -96,8 +136,12 @@ class WorkerSettings(BaseSettings):
             "broker": ";".join(f"kafka://{s}" for s in self.bootstrap_servers.split(",")),
             "store": "rocksdb://",
             "datadir": str(self.data_dir),
+            "broker_credentials": self.cluster.faust_credentials(),
             "topic_partitions": self.partitions,
-            "topic_replication_factor": 1,
+            "topic_replication_factor": self.replication_factor,
+            # onceflow creates (or checks) every topic before the worker starts, with its
+            # replication factor and configs (app/kafka.py): Faust creates none.
+            "topic_allow_declare": False,
             "topic_disable_leader": True,
             "table_standby_replicas": 0,
             "consumer_auto_offset_reset": "earliest",

@@ -25,8 +25,9 @@ from pathlib import Path
 
 import orjson
 from onceflow.app.broker import EmbeddedBroker, free_port
-from onceflow.app.kafka import Producer, TopicFollower, ensure_topics
+from onceflow.app.kafka import Producer, TopicFollower
 from onceflow.app.process import WorkerProcess, http_json
+from onceflow.app.topics import TopicSpec, ensure_topics
 
 HERE = Path(__file__).resolve().parent / "worker"
 PREFIX = "bench."
@@ -35,7 +36,7 @@ PREFIX = "bench."
 async def fill(bootstrap: str, documents: int) -> None:
     """Write the documents once, keyed by uuid."""
     topic = PREFIX + "doc"
-    await ensure_topics(bootstrap, [topic], [], 4)
+    await ensure_topics(bootstrap, [TopicSpec(topic, "input", 4, -1, ())])
     async with Producer(bootstrap) as producer:
         pending = []
         for i in range(documents):

@@ -12,12 +12,13 @@ from aiokafka.admin import AIOKafkaAdminClient
 from onceflow.agents.wire import Names
 from onceflow.app.kafka import Producer, read_topic
 from onceflow.app.process import WorkerProcess
+from onceflow.app.security import Cluster
 
 # (topic, value, key, headers, partition)
 Outgoing = tuple[str, bytes | None, str, dict[str, str], int | None]
 
 
-def publish(bootstrap: str, names: Names, records: list[Outgoing]
+def publish(bootstrap: Cluster | str, names: Names, records: list[Outgoing]
             ) -> dict[tuple[str, int, int], str]:
     """Send records in order; {(logical topic, partition, offset): key}."""
     sent: dict[tuple[str, int, int], str] = {}
@@ -34,17 +35,18 @@ def publish(bootstrap: str, names: Names, records: list[Outgoing]
     return sent
 
 
-def records(bootstrap: str, topic: str) -> list[Any]:
+def records(bootstrap: Cluster | str, topic: str) -> list[Any]:
     """Every record of a topic (real name)."""
     return asyncio.run(read_topic(bootstrap, topic))
 
 
-def journal(bootstrap: str, names: Names) -> list[dict[str, Any]]:
+def journal(bootstrap: Cluster | str, names: Names) -> list[dict[str, Any]]:
     """Every journal record so far."""
     return [orjson.loads(r.value) for r in records(bootstrap, names.journal)]
 
 
-def wait_journal(bootstrap: str, names: Names, done: Callable[[list[dict[str, Any]]], bool],
+def wait_journal(bootstrap: Cluster | str, names: Names,
+                 done: Callable[[list[dict[str, Any]]], bool],
                  worker: WorkerProcess, timeout: float = 30.0) -> list[dict[str, Any]]:
     """Read the journal until `done` says so; fail early when the worker has died."""
     deadline = time.monotonic() + timeout

@@ -1,0 +1,217 @@
+"""Every topic a deployment needs: the plan, creating it, checking it, printing it.
+
+The plan lists each topic with its partitions, replicas and configs: the input topics and
+the repartition topic (read by the workers: exactly ONCEFLOW_PARTITIONS partitions, since
+Faust gives partition p of each of them, and of each table, to the same worker), the
+journal, acks and dead-letter topics, the triggers' output, error and in-doubt topics, and
+the tables' changelogs (compacted, ONCEFLOW_PARTITIONS partitions).
+
+The worker creates what is missing (ONCEFLOW_CREATE_TOPICS=true, the default) and then
+checks every topic of the plan; with ONCEFLOW_CREATE_TOPICS=false it only checks, for
+deployments whose workers may not create topics (they are created beforehand, for example
+with the commands `onceflow topics` prints).  The check names every mismatch: a missing
+topic, a wrong partition count, a wrong cleanup policy.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from onceflow.agents.context import TABLES
+from onceflow.agents.wire import Names
+from onceflow.errors import ConfigError
+from onceflow.triggers import TriggerSet
+
+from .security import Cluster, as_cluster, started
+
+TOPIC_ALREADY_EXISTS = 36
+UNKNOWN_TOPIC = 3
+# What a topic's cleanup.policy is when DescribeConfigs does not name it: Kafka's default
+# (log.cleanup.policy).  Apache Kafka always names it; the embedded broker names only the
+# configs a topic was created with (see docs/operations.md).
+DEFAULT_CLEANUP = "delete"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic of the deployment and what it must be like."""
+
+    name: str
+    role: str  # input, repartition, internal, output, changelog
+    partitions: int
+    replication: int
+    config: tuple[tuple[str, str], ...]
+
+    @property
+    def compacted(self) -> bool:
+        """Changelogs are compacted; nothing else may be."""
+        return self.role == "changelog"
+
+    @property
+    def exact_partitions(self) -> bool:
+        """Whether the partition count must be exactly the plan's (read topics, tables)."""
+        return self.role in ("input", "repartition", "changelog")
+
+    def configs(self) -> dict[str, str]:
+        """The topic configs it is created with."""
+        configs = dict(self.config)
+        configs["cleanup.policy"] = "compact" if self.compacted else "delete"
+        return configs
+
+
+def changelog_topic(names: Names, table: str) -> str:
+    """The changelog topic of a table (Faust's name: <app id>-<table>-changelog)."""
+    return f"{names.app_id}-{table}-changelog"
+
+
+def deployment_topics(triggers: TriggerSet, names: Names, *, partitions: int,
+                      replication: int = -1, config: Iterable[tuple[str, str]] = (),
+                      extra: Iterable[str] = ()) -> list[TopicSpec]:
+    """Every topic a deployment of `triggers` needs, in a stable order."""
+    config = tuple(config)
+    plan: dict[str, TopicSpec] = {}
+
+    def add(name: str, role: str) -> None:
+        if name not in plan:
+            plan[name] = TopicSpec(name, role, partitions, replication, config)
+
+    for topic in dict.fromkeys((*triggers.input_topics, *extra)):
+        add(names.topic(topic), "input")
+    add(names.route, "repartition")
+    for name in (names.journal, names.acks, names.dead_letter):
+        add(name, "internal")
+    for trigger in triggers.triggers:
+        for topic in (trigger.output, trigger.error, trigger.in_doubt):
+            add(names.topic(topic), "output")
+    for table in TABLES:
+        add(changelog_topic(names, table), "changelog")
+    return list(plan.values())
+
+
+async def ensure_topics(where: Cluster | str, plan: list[TopicSpec], *,
+                        create: bool = True) -> int:
+    """Create the plan's missing topics (unless `create` is false), then check them all.
+
+    Returns the replication factor used for the plan's -1 ("the broker's default").
+    ConfigError names every topic that is missing or not as the plan needs it.
+    """
+    cluster = as_cluster(where)
+    admin = await started(AIOKafkaAdminClient(**cluster.client_kwargs()), cluster)
+    try:
+        default = await default_replication(admin)
+        if create:
+            response = await admin.create_topics([
+                NewTopic(spec.name, spec.partitions,
+                         default if spec.replication == -1 else spec.replication,
+                         topic_configs=spec.configs()) for spec in plan])
+            for name, code, *rest in response.topic_errors:
+                if code not in (0, TOPIC_ALREADY_EXISTS):
+                    message = rest[0] if rest and rest[0] else f"Kafka error code {code}"
+                    raise ConfigError("broker", f"topic {name!r}",
+                                      f"cannot be created: {message}")
+        problems = await check_topics(admin, plan)
+    finally:
+        await admin.close()
+    if problems:
+        how = ("create them as `onceflow topics` prints, or set ONCEFLOW_CREATE_TOPICS=true"
+               if not create else "recreate them, or change the settings to match")
+        raise ConfigError("broker", f"{len(problems)} topic(s)",
+                          "; ".join(problems) + f" ({how})")
+    return default
+
+
+async def default_replication(admin: Any) -> int:
+    """The broker's default.replication.factor (what -1 means).
+
+    aiokafka's CreateTopics goes up to version 3, which takes no -1 (Kafka reads -1 as "the
+    broker's default" from version 4), so onceflow asks the broker for its default.  A
+    broker that does not say (the embedded one) gets one replica per broker, at most 3.
+    """
+    cluster = await admin.describe_cluster()
+    brokers = [broker["node_id"] for broker in cluster.get("brokers", ())]
+    node = cluster.get("controller_id")
+    if node is None or node < 0 or node not in brokers:
+        node = brokers[0] if brokers else 0
+    try:
+        responses = await admin.describe_configs([ConfigResource(
+            ConfigResourceType.BROKER, str(node), {"default.replication.factor": None})])
+        for response in responses:
+            for resource in response.resources:
+                for entry in resource[4]:
+                    if entry[0] == "default.replication.factor" and entry[1]:
+                        return int(entry[1])
+    except Exception:  # the broker does not answer DescribeConfigs for itself
+        pass
+    return max(1, min(len(brokers), 3))
+
+
+async def check_topics(admin: Any, plan: list[TopicSpec]) -> list[str]:
+    """What is wrong with the topics of the plan, one message a mismatch."""
+    described = {topic["topic"]: topic for topic in await admin.describe_topics(
+        [spec.name for spec in plan])}
+    problems: list[str] = []
+    present = []
+    for spec in plan:
+        topic = described.get(spec.name)
+        if topic is None or topic.get("error_code") == UNKNOWN_TOPIC or not topic.get(
+                "partitions"):
+            problems.append(f"topic {spec.name!r} ({spec.role}) is missing")
+            continue
+        present.append(spec)
+        count = len(topic["partitions"])
+        if spec.exact_partitions and count != spec.partitions:
+            problems.append(
+                f"topic {spec.name!r} ({spec.role}) has {count} partitions, needs "
+                f"{spec.partitions} (ONCEFLOW_PARTITIONS)")
+    policies = await cleanup_policies(admin, [spec.name for spec in present])
+    for spec in present:
+        policy = policies.get(spec.name, DEFAULT_CLEANUP)
+        flags = {part.strip() for part in policy.split(",")}
+        if spec.compacted and "compact" not in flags:
+            problems.append(f"topic {spec.name!r} ({spec.role}) has cleanup.policy={policy}, "
+                            "needs compact")
+        if not spec.compacted and spec.role != "output" and "compact" in flags:
+            problems.append(f"topic {spec.name!r} ({spec.role}) has cleanup.policy={policy}, "
+                            "needs delete (compaction would drop records not yet read)")
+    return problems
+
+
+async def cleanup_policies(admin: Any, topics: list[str]) -> dict[str, str]:
+    """cleanup.policy of each topic whose DescribeConfigs answer names it."""
+    if not topics:
+        return {}
+    responses = await admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, name) for name in topics])
+    policies: dict[str, str] = {}
+    for response in responses:
+        for resource in response.resources:
+            error_code, _, _, name, entries = resource[:5]
+            if error_code:
+                continue
+            for entry in entries:
+                if entry[0] == "cleanup.policy" and entry[1] is not None:
+                    policies[name] = entry[1]
+    return policies
+
+
+def kafka_topics_commands(plan: list[TopicSpec], bootstrap: str,
+                          command_config: str | None = None) -> list[str]:
+    """`kafka-topics.sh --create` commands that make the plan's topics."""
+    lines = []
+    for spec in plan:
+        words = ["kafka-topics.sh", "--bootstrap-server", bootstrap]
+        if command_config:
+            words += ["--command-config", command_config]
+        words += ["--create", "--if-not-exists", "--topic", spec.name,
+                  "--partitions", str(spec.partitions)]
+        if spec.replication != -1:
+            words += ["--replication-factor", str(spec.replication)]
+        for name, value in spec.configs().items():
+            words += ["--config", f"{name}={value}"]
+        lines.append(" ".join(shlex.quote(word) for word in words))
+    return lines

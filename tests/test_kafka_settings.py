@@ -1,0 +1,113 @@
+"""The Kafka connection settings (app/security.py) and the topic settings, without a broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from onceflow.app.security import (
+    Cluster,
+    ConnectionFailed,
+    connection_failure,
+    security_from_env,
+)
+from onceflow.app.settings import WorkerSettings
+from onceflow.errors import ConfigError
+
+SASL = {"ONCEFLOW_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "ONCEFLOW_SASL_MECHANISM": "SCRAM-SHA-256",
+        "ONCEFLOW_SASL_USERNAME": "svc", "ONCEFLOW_SASL_PASSWORD": "hunter2-secret"}
+
+
+def test_plaintext_by_default() -> None:
+    cluster = Cluster("b:9092", security_from_env(environ={}))
+    assert cluster.client_kwargs() == {"bootstrap_servers": "b:9092",
+                                       "security_protocol": "PLAINTEXT"}
+    assert cluster.faust_credentials() is None
+
+
+def test_sasl_kwargs_and_the_password_stays_out_of_every_description() -> None:
+    security = security_from_env(environ=SASL)
+    cluster = Cluster("b:9092", security)
+    kwargs = cluster.client_kwargs()
+    assert kwargs["sasl_mechanism"] == "SCRAM-SHA-256"
+    assert kwargs["sasl_plain_username"] == "svc"
+    assert kwargs["sasl_plain_password"] == "hunter2-secret"
+    assert "ssl_context" not in kwargs
+    credentials = cluster.faust_credentials()
+    assert credentials.password == "hunter2-secret"
+    for text in (repr(security), str(security), cluster.describe(), repr(cluster),
+                 repr(credentials), str(connection_failure(KeyError("v"), cluster))):
+        assert "hunter2" not in text, text
+
+
+def test_password_file_is_read_and_its_newline_dropped(tmp_path: Path) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("from-a-secret\n")
+    env = {**SASL, "ONCEFLOW_SASL_PASSWORD_FILE": str(secret)}
+    del env["ONCEFLOW_SASL_PASSWORD"]
+    kwargs = Cluster("b:1", security_from_env(environ=env)).client_kwargs()
+    assert kwargs["sasl_plain_password"] == "from-a-secret"
+
+
+@pytest.mark.parametrize("env,named", [
+    ({"ONCEFLOW_SECURITY_PROTOCOL": "TLS"}, "ONCEFLOW_SECURITY_PROTOCOL"),
+    ({"ONCEFLOW_SASL_MECHANISM": "GSSAPI"}, "ONCEFLOW_SASL_MECHANISM"),
+    ({"ONCEFLOW_SECURITY_PROTOCOL": "SASL_SSL"}, "ONCEFLOW_SASL_USERNAME"),
+    ({**SASL, "ONCEFLOW_SASL_PASSWORD_FILE": "/etc/passwd"}, "not both"),
+    ({"ONCEFLOW_SSL_CERTFILE": "/etc/hostname"}, "ONCEFLOW_SSL_KEYFILE"),
+    ({"ONCEFLOW_SSL_CAFILE": "/no/such/ca.pem"}, "ONCEFLOW_SSL_CAFILE"),
+])
+def test_bad_security_settings_name_the_variable(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        security_from_env(environ=env)
+    assert named in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_a_bridge_side_falls_back_to_the_plain_settings() -> None:
+    env = {**SASL, "ONCEFLOW_BRIDGE_SOURCE_SASL_USERNAME": "bridge",
+           "ONCEFLOW_BRIDGE_TARGET_SECURITY_PROTOCOL": "PLAINTEXT"}
+    source = security_from_env("ONCEFLOW_BRIDGE_SOURCE_", "ONCEFLOW_", environ=env)
+    target = security_from_env("ONCEFLOW_BRIDGE_TARGET_", "ONCEFLOW_", environ=env)
+    assert (source.security_protocol, source.sasl_username) == ("SASL_PLAINTEXT", "bridge")
+    assert target.security_protocol == "PLAINTEXT"
+
+
+def test_an_unparsable_ca_file_is_a_config_error(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not a certificate")
+    security = security_from_env(environ={"ONCEFLOW_SECURITY_PROTOCOL": "SSL",
+                                          "ONCEFLOW_SSL_CAFILE": str(ca)})
+    with pytest.raises(ConfigError, match="ONCEFLOW_SSL"):
+        Cluster("b:1", security).client_kwargs()
+
+
+def test_failures_read_as_one_line() -> None:
+    import ssl
+
+    cluster = Cluster("b:9093", security_from_env(environ=SASL))
+    untrusted = ssl.SSLCertVerificationError(1, "certificate verify failed")
+    for failure in (connection_failure(untrusted, cluster),
+                    connection_failure(KeyError("v"), cluster),
+                    connection_failure(OSError("refused"), cluster)):
+        assert isinstance(failure, ConnectionFailed)
+        assert "\n" not in str(failure) and "b:9093" in str(failure)
+    assert "not trusted" in str(connection_failure(untrusted, cluster))
+    assert "SASL authentication failed" in str(connection_failure(KeyError("v"), cluster))
+
+
+def test_topic_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ONCEFLOW_TOPIC_CONFIG", "min.insync.replicas=2, retention.ms=604800000")
+    monkeypatch.setenv("ONCEFLOW_REPLICATION_FACTOR", "3")
+    monkeypatch.setenv("ONCEFLOW_CREATE_TOPICS", "false")
+    settings = WorkerSettings.from_env()
+    assert settings.topic_config == (("min.insync.replicas", "2"), ("retention.ms", "604800000"))
+    assert settings.replication_factor == 3 and settings.create_topics is False
+    assert settings.faust_settings()["topic_replication_factor"] == 3
+    for bad, named in (("ONCEFLOW_TOPIC_CONFIG", "min.insync.replicas"),
+                       ("ONCEFLOW_TOPIC_CONFIG", "cleanup.policy=compact"),
+                       ("ONCEFLOW_REPLICATION_FACTOR", "0")):
+        monkeypatch.setenv(bad, named)
+        with pytest.raises(ConfigError, match=bad):
+            WorkerSettings.from_env()
+        monkeypatch.delenv(bad)
