@@ -35,6 +35,8 @@ class WorkerOptions:
     # The largest record batch the broker takes (Kafka's message.max.bytes): nothing the
     # worker writes may be larger (see limits.py).
     max_record_bytes: int = 1_048_588
+    # How far ahead of the wall clock partition time may run (agents/clock.py), seconds.
+    max_clock_skew: float = 300.0
     # Topics read although no trigger takes documents from them: every record on them is
     # bad input (a live replay reads every topic its scenario writes).
     extra_topics: tuple[str, ...] = ()
@@ -66,6 +68,7 @@ class Shared:
         sender: Sender,
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.triggers = triggers
         self.callees = callees
@@ -76,6 +79,7 @@ class Shared:
         # Creates reply-to topics that do not exist (the Faust app sets a Kafka one).
         self.topics: TopicMaker = AnyTopic()
         self.monotonic = monotonic
+        self.wall_clock = wall_clock  # what partition time may not run far ahead of
         self.metrics = Metrics()
         self._slots: asyncio.Semaphore | None = None
         # The oldest record time this worker may still be handed again (see sweep_horizon).

@@ -15,7 +15,7 @@ from onceflow.journal import JournalRecord
 from onceflow.processor import TriggerProcessor
 from onceflow.tables.outbox import Outbox
 
-from . import limits, wire
+from . import clock, limits, wire
 from .context import Shared
 
 
@@ -50,7 +50,14 @@ class ControlMixin:
         journaled `bad-input` for that trigger and kept on the dead-letter topic.
         """
         if kind == wire.TICK:
-            self.tick(float(message["ts"]))
+            ts = float(message["ts"])
+            ahead = clock.ahead(ts, self.rt.wall_clock(), self.rt.options.max_clock_skew)
+            if ahead is not None:
+                self.bad_route_record(delivery, (
+                    f"the tick message {self.where(delivery)} was not applied to partition "
+                    f"{self.partition}: {ahead}"))
+                return
+            self.tick(ts)
             return
         if kind == wire.BARRIER:
             self.outbox.add(self.rt.names.acks, None, str(message["id"]).encode(),

@@ -42,7 +42,7 @@ from onceflow.tables.outbox import Outbox
 from onceflow.tables.state import PartitionStore, TableBuffer, UndoLog, flush_state
 from onceflow.triggers import ALL
 
-from . import limits, wire
+from . import clock, limits, wire
 from .batch import SubBatch, Take, complete_runs, run_services, suspends
 from .context import Shared
 from .controls import ControlMixin
@@ -81,6 +81,15 @@ class PartitionWorker(ControlMixin):
         self._join_processors = [p for p in self.processors.values() if p.joins is not None]
         self.now: float | None = self.control.get(_TIME)
         self._stored_now = self.now
+        if self.now is not None:
+            wall = runtime.wall_clock()
+            ahead = clock.ahead(self.now, wall, runtime.options.max_clock_skew)
+            if ahead is not None:
+                # Stored before the limit existed (or this machine's clock went back):
+                # such a time would expire every join opened from now on.
+                log.warning("onceflow: partition %d: the stored partition time: %s; it "
+                            "starts again from the wall clock", partition, ahead)
+                self.now = wall
         self.held: dict[str, list[str]] = {name: [] for name in self.processors}
         for key in self.control.keys():
             if key.startswith(_HELD):
@@ -123,6 +132,11 @@ class PartitionWorker(ControlMixin):
     async def _input_record(self, delivery: wire.Delivery) -> None:
         rt = self.rt
         ts = delivery.ts
+        if self.now is None or ts > self.now:
+            ahead = clock.ahead(ts, rt.wall_clock(), rt.options.max_clock_skew)
+            if ahead is not None:
+                self._ahead_of_clock(delivery, ahead)
+                return
         if self.batch.suspending_runs and (self.now is None or ts > self.now):
             await self.settle()
         self._advance(ts)
@@ -214,6 +228,31 @@ class PartitionWorker(ControlMixin):
         letter.value.pop("value", None)  # by reference only: the record is on its topic
         letter.value["size"] = size
         limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes)  # its headers
+        self.outputs.append(letter)
+
+    def _ahead_of_clock(self, delivery: wire.Delivery, why: str) -> None:
+        """Bad input at ingress, before any state is written: a record time too far ahead."""
+        rt = self.rt
+        value = delivery.value
+        key = delivery.key
+        record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
+                        delivery.ts, None, key.decode("utf-8", "replace") if key else None,
+                        wire.header_dict(delivery.headers) if delivery.headers else {})
+        size = len(value or b"")
+        if size <= rt.options.max_document_bytes:
+            record.value = decode_value(value)
+        uuid, activation = envelope_fields(record.value)
+        reason = f"the record: {why}; the record stays on its topic"
+        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
+                                          activation, record.ts, record.topic,
+                                          record.partition, record.offset, reason))
+        letter = dead_letter(record, reason)
+        if size > rt.options.max_document_bytes:
+            letter.value.pop("value", None)  # by reference only, as for an oversized value
+            letter.value["size"] = size
+            limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes)
+        elif limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
+            letter.value["size"] = size
         self.outputs.append(letter)
 
     def _keys_too_long(self, record: Record, value: bytes | None, why: str) -> None:
@@ -423,7 +462,13 @@ class PartitionWorker(ControlMixin):
     def _advance(self, ts: float) -> None:
         now = self.now
         if now is None or ts > now:
-            self.now = now = ts
+            # What reaches here was checked against the clock where it came in; a routed
+            # document from a worker whose clock is ahead moves time only to the limit.
+            limit = self.rt.wall_clock() + self.rt.options.max_clock_skew
+            if ts > limit:
+                ts = limit
+            if now is None or ts > now:
+                self.now = now = ts
         if self._join_processors:
             self._expire(now)
 

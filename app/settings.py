@@ -42,6 +42,9 @@ class WorkerSettings(BaseSettings):
     max_record_bytes: int = Field(
         1_048_588, ge=16_384,
         description="largest record batch the broker takes (Kafka's message.max.bytes)")
+    max_clock_skew: float = Field(
+        300.0, gt=0, allow_inf_nan=False,
+        description="seconds partition time may run ahead of the wall clock")
     extra_topics: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="comma-separated topics read although no trigger reads them")
     session_timeout: float = Field(10.0, gt=0, description="consumer group session, seconds")
@@ -128,7 +131,7 @@ class WorkerSettings(BaseSettings):
             history_sweeps=self.history_sweeps, max_document_bytes=self.max_document_bytes,
             max_record_bytes=self.max_record_bytes, extra_topics=self.extra_topics,
             replication_factor=self.replication_factor, topic_config=self.topic_config,
-            create_topics=self.create_topics)
+            create_topics=self.create_topics, max_clock_skew=self.max_clock_skew)
 
     def faust_settings(self) -> dict[str, Any]:
         """Settings of the Faust app (see docs/operations.md for why each is set)."""
