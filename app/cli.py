@@ -68,6 +68,15 @@ def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ign
     again.add_argument("--identity", action="append", default=[],
                        help="only this identity (repeat for more)")
     again.add_argument("--dry-run", action="store_true", help="list, do not resubmit")
+    topics = commands.add_parser(
+        "topics", help="print the kafka-topics.sh commands that create every topic a "
+        "deployment needs", description="Print one `kafka-topics.sh --create` command for "
+        "each topic of the deployment (settings from ONCEFLOW_* variables): partitions, "
+        "replication factor and configs as the worker needs them.")
+    topics.add_argument("--triggers", required=True, help="the triggers.toml file")
+    topics.add_argument("--command-config", metavar="FILE",
+                        help="pass --command-config FILE to kafka-topics.sh (a secured "
+                        "cluster's client properties)")
 
 
 def _run_worker_command(args: argparse.Namespace) -> int | None:
@@ -80,6 +89,11 @@ def _run_worker_command(args: argparse.Namespace) -> int | None:
         from onceflow.app.broker import run_broker
 
         return run_broker(args.port)
+    if args.command == "topics":
+        from onceflow.app.settings import WorkerSettings
+        from onceflow.app.topics import print_topics
+
+        return print_topics(args.triggers, WorkerSettings.from_env(), args.command_config)
     if args.command not in ("send", "suspend", "resume", "history", "resubmit"):
         return None
     from onceflow.app import ops

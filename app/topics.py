@@ -152,8 +152,13 @@ async def default_replication(admin: Any) -> int:
 
 async def check_topics(admin: Any, plan: list[TopicSpec]) -> list[str]:
     """What is wrong with the topics of the plan, one message a mismatch."""
-    described = {topic["topic"]: topic for topic in await admin.describe_topics(
-        [spec.name for spec in plan])}
+    # Only topics that exist are described: a Metadata request naming a missing topic
+    # creates it on a broker that creates topics on first use (tansu; Kafka with
+    # auto.create.topics.enable), with the broker's partition count.
+    existing = set(await admin.list_topics())
+    wanted = [spec.name for spec in plan if spec.name in existing]
+    described = {topic["topic"]: topic for topic in (
+        await admin.describe_topics(wanted) if wanted else [])}
     problems: list[str] = []
     present = []
     for spec in plan:
@@ -215,3 +220,21 @@ def kafka_topics_commands(plan: list[TopicSpec], bootstrap: str,
             words += ["--config", f"{name}={value}"]
         lines.append(" ".join(shlex.quote(word) for word in words))
     return lines
+
+
+def print_topics(triggers_path: str, settings: Any, command_config: str | None) -> int:
+    """`onceflow topics --triggers FILE`: the kafka-topics.sh commands of the deployment."""
+    from onceflow.triggers import load_triggers
+
+    plan = deployment_topics(
+        load_triggers(triggers_path), Names(settings.topic_prefix),
+        partitions=settings.partitions, replication=settings.replication_factor,
+        config=settings.topic_config, extra=settings.extra_topics)
+    print(f"# {len(plan)} topics of the deployment of {triggers_path} "
+          f"(ONCEFLOW_TOPIC_PREFIX={settings.topic_prefix!r}, "
+          f"ONCEFLOW_PARTITIONS={settings.partitions})")
+    if settings.security.security_protocol != "PLAINTEXT" and not command_config:
+        print("# the cluster is secured: add --command-config with its client properties")
+    for line in kafka_topics_commands(plan, settings.bootstrap_servers, command_config):
+        print(line)
+    return 0
