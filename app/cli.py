@@ -74,6 +74,29 @@ def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ign
         "each topic of the deployment (settings from ONCEFLOW_* variables): partitions, "
         "replication factor and configs as the worker needs them.")
     topics.add_argument("--triggers", required=True, help="the triggers.toml file")
+    bridge = commands.add_parser(
+        "bridge", help="forward a topic to another topic or cluster, adding a dup-id",
+        description="Forward every record of --from to --to (key, value, headers, "
+        "timestamp), adding a dup-id derived from its source coordinates when it has none; "
+        "source offsets are committed only after the target acknowledged. Each side's "
+        "broker and security settings: ONCEFLOW_BRIDGE_SOURCE_* / ONCEFLOW_BRIDGE_TARGET_* "
+        "(BROKER_URL, SECURITY_PROTOCOL, SASL_*, SSL_*), else ONCEFLOW_*.")
+    bridge.add_argument("--from", dest="source", required=True, metavar="TOPIC",
+                        help="the source topic (its full name)")
+    bridge.add_argument("--to", dest="target", required=True, metavar="TOPIC",
+                        help="the target topic (its full name)")
+    bridge.add_argument("--from-broker", metavar="URL", help="the source cluster's "
+                        "bootstrap servers (default ONCEFLOW_BRIDGE_SOURCE_BROKER_URL, else "
+                        "ONCEFLOW_BROKER_URL)")
+    bridge.add_argument("--to-broker", metavar="URL", help="the target cluster's "
+                        "bootstrap servers (default ONCEFLOW_BRIDGE_TARGET_BROKER_URL, else "
+                        "ONCEFLOW_BROKER_URL)")
+    bridge.add_argument("--group", help="consumer group on the source cluster (default "
+                        "onceflow-bridge.FROM.TO)")
+    bridge.add_argument("--batch-size", type=int, default=1000,
+                        help="most records forwarded before each commit (default 1000)")
+    bridge.add_argument("--dup-id-prefix", default="bridge:",
+                        help="prefix of the dup-ids the bridge adds (default 'bridge:')")
     topics.add_argument("--command-config", metavar="FILE",
                         help="pass --command-config FILE to kafka-topics.sh (a secured "
                         "cluster's client properties)")
@@ -89,6 +112,11 @@ def _run_worker_command(args: argparse.Namespace) -> int | None:
         from onceflow.app.broker import run_broker
 
         return run_broker(args.port)
+    if args.command == "bridge":
+        from onceflow.app.bridge import bridge_spec, run_bridge
+        from onceflow.app.settings import WorkerSettings
+
+        return run_bridge(bridge_spec(args, WorkerSettings.from_env()))
     if args.command == "topics":
         from onceflow.app.settings import WorkerSettings
         from onceflow.app.topics import print_topics

@@ -12,7 +12,7 @@ from onceflow.app.security import (
     security_from_env,
 )
 from onceflow.app.settings import WorkerSettings
-from onceflow.errors import ConfigError
+from onceflow.errors import ConfigError, OnceflowError
 
 SASL = {"ONCEFLOW_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "ONCEFLOW_SASL_MECHANISM": "SCRAM-SHA-256",
         "ONCEFLOW_SASL_USERNAME": "svc", "ONCEFLOW_SASL_PASSWORD": "hunter2-secret"}
@@ -111,3 +111,28 @@ def test_topic_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         with pytest.raises(ConfigError, match=bad):
             WorkerSettings.from_env()
         monkeypatch.delenv(bad)
+
+
+def test_bridge_sides_and_dup_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from onceflow.app.bridge import bridge_dup_id, bridge_spec
+
+    monkeypatch.setenv("ONCEFLOW_BROKER_URL", "kafka://target:9092")
+    monkeypatch.setenv("ONCEFLOW_BRIDGE_SOURCE_BROKER_URL", "kafka://source:9093")
+    monkeypatch.setenv("ONCEFLOW_BRIDGE_SOURCE_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("ONCEFLOW_BRIDGE_SOURCE_SASL_USERNAME", "reader")
+    monkeypatch.setenv("ONCEFLOW_BRIDGE_SOURCE_SASL_PASSWORD", "pw")
+    args = argparse.Namespace(source="a", target="b", from_broker=None, to_broker=None,
+                              group=None, batch_size=10, dup_id_prefix="bridge:")
+    spec = bridge_spec(args, WorkerSettings.from_env())
+    assert spec.source.bootstrap == "source:9093"
+    assert spec.source.security.sasl_username == "reader"
+    assert spec.target.bootstrap == "target:9092"
+    assert spec.target.security.security_protocol == "PLAINTEXT"
+    assert spec.group == "onceflow-bridge.a.b"
+    assert bridge_dup_id("bridge:", "a", 3, 17) == "bridge:a/3@17"
+    same = argparse.Namespace(**{**vars(args), "from_broker": "kafka://target:9092",
+                                 "target": "a"})
+    with pytest.raises(OnceflowError, match="same topic"):
+        bridge_spec(same, WorkerSettings.from_env())

@@ -154,7 +154,8 @@ def test_wrong_password_and_untrusted_certificate_fail_with_one_line(
     triggers.write_text(TRIGGERS)
     wrong = {**base, **security_env(certificates, "SASL_SSL", "SCRAM-SHA-256", "alice"),
              "ONCEFLOW_SASL_PASSWORD": "not-alices-password"}
-    for command in (["send", str(orders)], ["worker", "--triggers", str(triggers)]):
+    for command in (["send", str(orders)], ["worker", "--triggers", str(triggers)],
+                    ["bridge", "--from", "a", "--to", "b"]):
         result = onceflow(*command, env=wrong)
         assert_one_clear_line(result, "SASL authentication failed", "alice")
         assert "not-alices-password" not in result.stderr + result.stdout

@@ -1,0 +1,235 @@
+"""The cluster bridge: 20,000 records forwarded from one cluster to another by `onceflow
+bridge`, the bridge killed with SIGKILL again and again, a onceflow worker reading the
+target.  Records the restarted bridge sends again are dropped by the worker's dup-id cache
+(journal `duplicate-id`); no service runs twice and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from onceflow.agents.wire import Names
+from onceflow.app.broker import EmbeddedBroker
+from onceflow.app.kafka import Producer, TopicFollower, read_topic
+
+pytestmark = pytest.mark.integration
+
+CRASH = Path(__file__).parent / "crash"
+RECORDS = 20_000
+OWN_DUP_IDS = 100  # records that carry a dup-id of their own: the bridge keeps it
+KILLS = 4
+KILL_AFTER = 2_500  # records a (re)started bridge forwards before it is killed
+BASE_MS = int(time.time() * 1000) - 3_600_000  # record timestamps: an hour ago, 1 ms apart
+
+
+class BridgeProcess:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.args = args
+        self.env = env
+        self.log_path = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self) -> BridgeProcess:
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "onceflow.app.cli", "bridge", *self.args],
+            env={**os.environ, **self.env}, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        return self
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self._close()
+
+    def stop(self) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(30)
+        self._close()
+        return self.process.returncode
+
+    def _close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+async def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 4, 1)])
+    finally:
+        await admin.close()
+
+
+async def fill_source(bootstrap: str, topic: str) -> None:
+    await create_topic(bootstrap, topic)
+    async with Producer(bootstrap) as producer:
+        pending = []
+        for i in range(RECORDS):
+            headers = [("origin", f"src-{i}".encode())]
+            if i < OWN_DUP_IDS:
+                headers.append(("dup-id", f"own-{i}".encode()))
+            pending.append(await producer.send(
+                topic, orjson.dumps({"type": "order", "uuid": f"d-{i}", "body": {"n": i}}),
+                key=f"d-{i}".encode(), headers=headers, timestamp_ms=BASE_MS + i))
+            if len(pending) >= 2000:
+                await asyncio.gather(*pending)
+                pending = []
+        await asyncio.gather(*pending)
+
+
+def test_a_bridge_killed_again_and_again_forwards_everything_once(
+        broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
+    prefix = new_prefix()
+    names = Names(prefix)
+    target_topic = names.topic("order")
+    source = EmbeddedBroker(log_path=tmp_path / "source-tansu.log").start()
+    try:
+        source_topic = "shop.orders"
+        asyncio.run(fill_source(source.bootstrap, source_topic))
+        # The bridge starts while the worker does (it only needs the target topic).
+        asyncio.run(create_topic(broker.bootstrap, target_topic))
+        args = ["--from", source_topic, "--to", target_topic, "--from-broker", source.url,
+                "--batch-size", "500"]
+        env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_SESSION_TIMEOUT": "1",
+               "ONCEFLOW_HEARTBEAT_INTERVAL": "0.2"}
+        ledger = tmp_path / "ledger.sqlite"
+        worker = start_worker(CRASH / "bridged.toml", prefix, test_ledger=ledger,
+                              idle_after=1, wait=False)
+        kills = 0
+        bridge = BridgeProcess(args, env, tmp_path / "bridge.log")
+
+        async def run() -> tuple[list[Any], list[dict[str, Any]]]:
+            nonlocal bridge, kills
+            target = await TopicFollower(broker.bootstrap, target_topic).start()
+            journal = await TopicFollower(broker.bootstrap, names.journal).start()
+            bridge.start()
+            try:
+                deadline = time.monotonic() + 240
+                mark = 0
+                while kills < KILLS:
+                    assert time.monotonic() < deadline, "the bridge stopped forwarding"
+                    await target.wait(0.05)
+                    if len(target.records) >= mark + KILL_AFTER:
+                        bridge.kill()
+                        kills += 1
+                        mark = len(target.records)
+                        bridge = BridgeProcess(args, env, tmp_path / "bridge.log").start()
+                while True:
+                    processed = {line["identity"] for line in (
+                        orjson.loads(r.value) for r in journal.records)
+                        if line["outcome"] == "processed"}
+                    if len(processed) >= RECORDS:
+                        break
+                    assert time.monotonic() < deadline, \
+                        f"{len(processed)} documents processed; see {worker.log_path}"
+                    assert worker.alive, worker.log_path.read_text()[-3000:]
+                    await journal.wait(1.0)
+                await target.caught_up()
+                await journal.caught_up()
+                return list(target.records), [orjson.loads(r.value) for r in journal.records]
+            finally:
+                await target.stop()
+                await journal.stop()
+
+        forwarded, lines = asyncio.run(run())
+        assert bridge.stop() == 0, (tmp_path / "bridge.log").read_text()[-2000:]
+        sources = asyncio.run(read_topic(source.bootstrap, source_topic))
+    finally:
+        source.stop()
+
+    assert kills == KILLS
+    # Nothing lost, no service ran twice.
+    db = sqlite3.connect(ledger)
+    assert db.execute("SELECT key FROM doubles").fetchall() == []
+    ran = {key for (key,) in db.execute("SELECT key FROM runs")}
+    assert ran == {f"orders:d-{i}" for i in range(RECORDS)}
+    # Every forwarded record is its source record, with a dup-id from its coordinates
+    # (or its own); the restarted bridges sent some again.
+    by_dup_id = {}
+    for record in sources:
+        headers = dict(record.headers)
+        dup_id = headers.get("dup-id", f"bridge:{source_topic}/{record.partition}@"
+                                       f"{record.offset}".encode())
+        by_dup_id[dup_id] = record
+    copies = Counter(dict(r.headers)["dup-id"] for r in forwarded)
+    assert set(copies) == set(by_dup_id)
+    resent = sum(copies.values()) - RECORDS
+    assert resent > 0, "no kill left records to send again"
+    for record in forwarded:
+        original = by_dup_id[dict(record.headers)["dup-id"]]
+        assert (record.key, record.value, record.timestamp) == (
+            original.key, original.value, original.timestamp)
+        assert dict(record.headers)["origin"] == dict(original.headers)["origin"]
+        assert record.partition == original.partition % 4
+    assert sum(1 for r in forwarded if dict(r.headers)["dup-id"].startswith(b"own-")) >= \
+        OWN_DUP_IDS
+    # The worker dropped every resend at ingress, as duplicate-id.
+    outcomes = Counter(line["outcome"] for line in lines)
+    assert outcomes["processed"] == RECORDS
+    assert outcomes["duplicate-id"] == resent
+    assert outcomes["duplicate"] == 0
+
+
+def test_a_bridge_forwards_odd_records_as_they_are_and_refuses_a_missing_topic(
+        broker: EmbeddedBroker, new_prefix: Any, tmp_path: Path) -> None:
+    prefix = new_prefix()
+    source_topic, target_topic = prefix + "in", prefix + "out"
+    asyncio.run(create_topic(broker.bootstrap, source_topic))
+    asyncio.run(create_topic(broker.bootstrap, target_topic))
+    odd: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = [
+        (None, b"no key", []),
+        (b"tombstone", None, []),
+        (b"binary", b"\xff\xfe\x00", [("x-bin", b"\xff\x00\xfe"), ("dup-id", b"\xc3\x28")]),
+        (b"empty", b"", [("dup-id", b"")]),
+    ]
+
+    async def send() -> None:
+        async with Producer(broker.bootstrap) as producer:
+            for key, value, headers in odd:
+                await producer.send_and_wait(source_topic, value, key=key, headers=headers,
+                                             partition=1)
+
+    asyncio.run(send())
+    env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_SESSION_TIMEOUT": "1",
+           "ONCEFLOW_HEARTBEAT_INTERVAL": "0.2"}
+    bridge = BridgeProcess(["--from", source_topic, "--to", target_topic], env,
+                           tmp_path / "bridge.log").start()
+    deadline = time.monotonic() + 60
+    forwarded: list[Any] = []
+    while len(forwarded) < len(odd) and time.monotonic() < deadline:
+        time.sleep(0.3)
+        forwarded = asyncio.run(read_topic(broker.bootstrap, target_topic))
+    assert bridge.stop() == 0, (tmp_path / "bridge.log").read_text()[-2000:]
+    assert [(r.key, r.value, r.partition) for r in forwarded] == [
+        (key, value, 1) for key, value, _ in odd]
+    assert dict(forwarded[0].headers)["dup-id"] == f"bridge:{source_topic}/1@0".encode()
+    assert dict(forwarded[1].headers)["dup-id"] == f"bridge:{source_topic}/1@1".encode()
+    assert list(forwarded[2].headers) == [("x-bin", b"\xff\x00\xfe"), ("dup-id", b"\xc3\x28")]
+    assert list(forwarded[3].headers) == [("dup-id", b"")]
+
+    missing = subprocess.run(
+        [sys.executable, "-m", "onceflow.app.cli", "bridge", "--from", source_topic, "--to",
+         prefix + "nowhere"], env={**os.environ, **env}, capture_output=True, text=True,
+        timeout=60)
+    assert missing.returncode == 2
+    assert "Traceback" not in missing.stderr
+    assert f"--to topic '{prefix}nowhere' does not exist" in missing.stderr.splitlines()[-1]
