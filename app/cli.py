@@ -7,14 +7,27 @@ import logging
 import os
 import sys
 
-from onceflow.errors import OnceflowError
+from onceflow.app.boundary import debugging, error_boundary
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("onceflow")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="onceflow",
         description="Exactly-once trigger processing on Kafka.",
+        epilog="Errors are one line on stderr; exit codes: 2 wrong input or setting, 3 "
+        "broker or worker unreachable, 4 refused by the system (file, port), 70 unexpected "
+        "(ONCEFLOW_DEBUG=1 prints its traceback).",
     )
+    parser.add_argument("--version", action="version", version=f"onceflow {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     replay = commands.add_parser(
@@ -37,17 +50,44 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from onceflow.app.settings import FLAGS, settings_help
+
     worker = commands.add_parser(
         "worker", help="run a Faust worker (settings from ONCEFLOW_* variables)",
-        description="Run the triggers of a trigger file over Kafka.")
+        description="Run the triggers of a trigger file over Kafka. Settings come from "
+        "ONCEFLOW_* variables; the flags below override them.",
+        epilog=settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     worker.add_argument("--triggers", required=True, help="the triggers.toml file")
+    for flag, (field, metavar) in FLAGS.items():
+        worker.add_argument(flag, dest=f"set_{field}", metavar=metavar,
+                            help=f"ONCEFLOW_{field.upper()}")
+    check = commands.add_parser(
+        "check", help="check a trigger file strictly (exit 1 on any problem)",
+        description="Validate a trigger file as a worker does, and strictly: unknown keys, "
+        "odd trigger names and [topic.X] tables for topics no trigger reads are problems "
+        "too. Every service and resolver is imported. Exit 0 when the file passes, 1 "
+        "(each problem on stderr) when not.")
+    check.add_argument("triggers", help="the triggers.toml file")
+    journal = commands.add_parser(
+        "journal", help="print the journal topic (a table, or JSON lines with --json)",
+        description="Read the journal topic of the deployment (ONCEFLOW_BROKER_URL, "
+        "ONCEFLOW_TOPIC_PREFIX) from its beginning, filtered.")
+    journal.add_argument("--trigger", help="only this trigger (- for ingress records, "
+                         "which have none)")
+    journal.add_argument("--outcome", help="only this outcome (processed, error, in-doubt, ...)")
+    journal.add_argument("--since", metavar="WHEN",
+                         help="only records from then on: a duration back from now (10m, "
+                         "2h, 1d) or an ISO time (2026-11-23T20:00:00Z)")
+    journal.add_argument("--follow", "-f", action="store_true",
+                         help="keep printing new records until Ctrl-C or SIGTERM")
+    journal.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     broker = commands.add_parser(
         "broker", help="run the embedded broker (tansu, in memory) for development")
     broker.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1")
     send = commands.add_parser(
         "send", help="publish records written in the scenario record format (JSON lines)")
-    send.add_argument("file", help="a .jsonl file: {ts, topic, partition?, key?, headers?, "
-                      "value | raw}")
+    send.add_argument("file", help="a .jsonl file (- for standard input): {ts, topic, "
+                      "partition?, key?, headers?, value | raw}")
     send.add_argument("--base-time", type=float, metavar="SECONDS",
                       help="record timestamp = this + ts (default: now)")
     for action in ("suspend", "resume"):
@@ -107,7 +147,13 @@ def _run_worker_command(args: argparse.Namespace) -> int | None:
         from onceflow.app.settings import WorkerSettings
         from onceflow.app.worker import run_worker
 
-        return run_worker(args.triggers, WorkerSettings.from_env())
+        overrides = {name[4:]: value for name, value in vars(args).items()
+                     if name.startswith("set_") and value is not None}
+        return run_worker(args.triggers, WorkerSettings.from_env(**overrides))
+    if args.command == "check":
+        from onceflow.app.check import check_file
+
+        return check_file(args.triggers)
     if args.command == "broker":
         from onceflow.app.broker import run_broker
 
@@ -122,20 +168,25 @@ def _run_worker_command(args: argparse.Namespace) -> int | None:
         from onceflow.app.topics import print_topics
 
         return print_topics(args.triggers, WorkerSettings.from_env(), args.command_config)
-    if args.command not in ("send", "suspend", "resume", "history", "resubmit"):
+    if args.command not in ("send", "suspend", "resume", "history", "resubmit", "journal"):
         return None
     from onceflow.app import ops
     from onceflow.app.settings import WorkerSettings
 
     settings = WorkerSettings.from_env()
-    web = getattr(args, "web", None) or settings.web_url
+    web = ops.web_address(getattr(args, "web", None) or settings.web_url)
     if args.command == "send":
         return ops.send_file(args.file, settings, args.base_time)
+    if args.command == "journal":
+        from onceflow.app.journal_reader import show_journal
+
+        return show_journal(settings, trigger=args.trigger, outcome=args.outcome,
+                            since=args.since, follow=args.follow, as_json=args.json)
     if args.command in ("suspend", "resume"):
         token = settings.admin_token.get_secret_value() if settings.admin_token else None
         return ops.trigger_command(web, args.trigger, args.command, token)
     if args.command == "history":
-        return ops.show_history(web, args.trigger, args.identity, args.activation)
+        return ops.show_history(web, args.trigger, args.identity, args.activation, settings)
     return ops.resubmit(args.triggers, args.trigger, settings, outcome=args.outcome,
                         identities=args.identity, dry_run=args.dry_run)
 
@@ -162,28 +213,31 @@ def _run_spark_command(args: argparse.Namespace) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `onceflow` command."""
+    """Entry point of the `onceflow` command: errors are one line and an exit code."""
     args = _parser().parse_args(argv)
-    try:
-        code = _run_spark_command(args)
-        if code is not None:
-            return code
-        if args.command == "replay" and args.live:
-            from onceflow.app.live import print_live
+    if not debugging():
+        # The commands say in one line what failed; the Kafka client's own error logs
+        # ("Unable connect to ...") would only repeat it (a worker turns them back on
+        # once it has reached the broker).
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    return error_boundary(lambda: _run(args))
 
-            return print_live(args.scenario, summary=args.summary, bootstrap=args.broker)
-        if args.command == "replay":
-            from onceflow.app.replay import run
 
-            return run(args.scenario, summary=args.summary, outputs=args.outputs)
-        code = _run_worker_command(args)
-        if code is not None:
-            return code
-    except OnceflowError as exc:
-        print(f"onceflow: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
+def _run(args: argparse.Namespace) -> int:
+    code = _run_spark_command(args)
+    if code is not None:
+        return code
+    if args.command == "replay" and args.live:
+        from onceflow.app.live import print_live
+
+        return print_live(args.scenario, summary=args.summary, bootstrap=args.broker)
+    if args.command == "replay":
+        from onceflow.app.replay import run
+
+        return run(args.scenario, summary=args.summary, outputs=args.outputs)
+    code = _run_worker_command(args)
+    if code is not None:
+        return code
     return 1
 
 

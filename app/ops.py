@@ -13,10 +13,11 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaTimeoutError
 from onceflow.agents import wire
 from onceflow.engine import MemoryState
 from onceflow.envelope import Record, decode_value, encode_value
@@ -26,88 +27,226 @@ from onceflow.ingress import Ingress
 from onceflow.journal import IN_DOUBT
 from onceflow.scenario import parse_record_line
 from onceflow.tables.outbox import record_size
-from onceflow.triggers import load_triggers
+from onceflow.triggers import ALL, ONLY_ONE, load_triggers
 
 from .kafka import Producer, read_topic
-from .process import http_json
+from .process import WorkerUnreachable, http_json
 from .security import Cluster, started
 from .settings import WorkerSettings
 
+Outgoing = tuple[int, str, int, bytes | None, bytes, list[tuple[str, bytes]], int]
+
 
 def send_file(path: str, settings: WorkerSettings, base_time: float | None) -> int:
-    """`onceflow send FILE.jsonl`: publish records in the scenario record format.
+    """`onceflow send FILE.jsonl` (`-`: stdin): publish records in the scenario format.
 
     A record's timestamp is base_time + ts (base_time: now unless given), so a file of
     small ts values lands at record times a worker's clock agrees with.  Every line is
-    read and measured before anything is sent: a line that is not a record, or a record
-    larger than ONCEFLOW_MAX_RECORD_BYTES (which the broker would refuse after the lines
-    before it went out), stops the command with nothing sent.
+    read, measured and checked against its topic's partitions before anything is sent:
+    every line that is not a record, that is larger than ONCEFLOW_MAX_RECORD_BYTES (which
+    the broker would refuse after the lines before it went out), or that names a partition
+    its topic lacks, is told, and nothing is sent.
     """
+    name = "<stdin>" if path == "-" else path
     base = time.time() if base_time is None else base_time
+    outgoing, problems = _read_records(_lines(path), name, settings, base)
+
+    async def publish() -> int:
+        async with Producer(settings.cluster) as producer:
+            problems.extend(await _partition_problems(producer, outgoing, name))
+            if problems:
+                return 0
+            for _, topic, partition, key, value, headers, timestamp_ms in outgoing:
+                await producer.send_and_wait(topic, value, key=key, partition=partition,
+                                             timestamp_ms=timestamp_ms, headers=headers)
+            return len(outgoing)
+
+    sent = asyncio.run(publish()) if outgoing and not problems else 0
+    if problems:
+        for problem in problems[:-1]:
+            print(f"onceflow: {problem}", file=sys.stderr)
+        count = f"{len(problems)} bad lines" if len(problems) > 1 else "a bad line"
+        raise ScenarioError(f"{problems[-1]} ({count}; nothing was sent)")
+    print(f"onceflow: sent {sent} record(s) from {name}")
+    return 0
+
+
+def _lines(path: str) -> list[bytes]:
+    if path == "-":
+        return sys.stdin.buffer.read().splitlines()
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().splitlines()
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ScenarioError(f"{path}: is a folder; give a .jsonl file (or - for "
+                            "standard input)") from None
+    except PermissionError:
+        raise ScenarioError(f"{path}: permission denied") from None
+
+
+def _read_records(lines: list[bytes], name: str, settings: WorkerSettings, base: float
+                  ) -> tuple[list[Outgoing], list[str]]:
+    """Every line as a record to send; every bad line told (file:line: why)."""
     highest: dict[tuple[str, int], int] = {}
     names = wire.Names(settings.topic_prefix)
     limit = settings.max_record_bytes
-    outgoing: list[tuple[str, int, bytes | None, bytes, list[tuple[str, bytes]], int]] = []
-    too_large: list[str] = []
-    with open(path, "rb") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
+    outgoing: list[Outgoing] = []
+    problems: list[str] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{name}:{number}"
+        try:
+            item = orjson.loads(line)
+            if not isinstance(item, dict):
+                raise ScenarioError(f"{where}: expected a JSON object (a record), got "
+                                    f"{type(item).__name__}")
+            record = parse_record_line(item, highest, {}, where)
+        except orjson.JSONDecodeError as exc:
+            problems.append(f"{where}: not a JSON line: {exc}")
+            continue
+        except ScenarioError as exc:
+            problems.append(str(exc))
+            continue
+        key = record.key.encode() if record.key is not None else None
+        value = encode_value(record.value)
+        headers = [(k, v.encode()) for k, v in record.headers.items()]
+        size = record_size(key, value, headers)
+        if size > limit:
+            problems.append(f"{where}: the record for {record.topic!r} is about {size} "
+                            f"bytes, more than ONCEFLOW_MAX_RECORD_BYTES ({limit}): the "
+                            "broker would refuse it")
+            continue
+        outgoing.append((number, names.topic(record.topic), record.partition, key, value,
+                         headers, round((base + record.ts) * 1000)))
+    return outgoing, problems
+
+
+async def _partition_problems(producer: Any, outgoing: list[Outgoing], name: str
+                              ) -> list[str]:
+    """Lines naming a partition their topic does not have."""
+    counts: dict[str, int] = {}
+    problems = []
+    for number, topic, partition, *_ in outgoing:
+        if topic not in counts:
             try:
-                record = parse_record_line(orjson.loads(line), highest, {},
-                                           f"{path}:{number}")
-            except orjson.JSONDecodeError as exc:
-                raise ScenarioError(f"{path}:{number}: not a JSON line: {exc}") from None
-            key = record.key.encode() if record.key is not None else None
-            value = encode_value(record.value)
-            headers = [(k, v.encode()) for k, v in record.headers.items()]
-            size = record_size(key, value, headers)
-            if size > limit:
-                too_large.append(f"{path}:{number}: the record for {record.topic!r} is about "
-                                 f"{size} bytes, more than ONCEFLOW_MAX_RECORD_BYTES ({limit})")
-            outgoing.append((names.topic(record.topic), record.partition, key, value, headers,
-                             round((base + record.ts) * 1000)))
-    if too_large:
-        them = "it" if len(too_large) == 1 else "them"
-        raise ScenarioError("; ".join(too_large) +
-                            f": the broker would refuse {them}; nothing was sent")
+                counts[topic] = len(await producer.partitions_for(topic))
+            except KafkaTimeoutError:
+                counts[topic] = 0
+        if not counts[topic]:
+            problems.append(f"{name}:{number}: topic {topic!r} does not exist and the broker "
+                            "did not create it (create it, see `onceflow worker`)")
+            continue
+        if partition >= counts[topic]:
+            problems.append(f"{name}:{number}: partition {partition} of topic {topic!r} does "
+                            f"not exist (it has {counts[topic]}: 0 to {counts[topic] - 1})")
+    return problems
 
-    async def publish() -> None:
-        async with Producer(settings.cluster) as producer:
-            for topic, partition, key, value, headers, timestamp_ms in outgoing:
-                await producer.send_and_wait(topic, value, key=key, partition=partition,
-                                             timestamp_ms=timestamp_ms, headers=headers)
 
-    asyncio.run(publish())
-    print(f"onceflow: sent {len(outgoing)} record(s) from {path}")
-    return 0
+WEB_HINT = "give --web URL, or set ONCEFLOW_WEB_HOST and ONCEFLOW_WEB_PORT to a worker's"
+
+
+def web_address(text: str) -> str:
+    """A worker's web address as `--web` or the settings give it, checked: http://HOST:PORT."""
+    parts = urlsplit(text.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise OnceflowError(f"web address {text!r}: expected http://HOST:PORT (a worker's "
+                            "web views)")
+    return text.strip().rstrip("/")
+
+
+def ask_worker(url: str, **request: Any) -> tuple[int, Any]:
+    """http_json, with what to do when no worker answers."""
+    try:
+        return http_json(url, **request)
+    except WorkerUnreachable as exc:
+        raise WorkerUnreachable(f"{exc} (is the worker running? {WEB_HINT})") from None
 
 
 def trigger_command(web: str, trigger: str, action: str, token: str | None) -> int:
     """`onceflow suspend|resume TRIGGER` through a worker's web views."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    status, body = http_json(f"{web}/triggers/{quote(trigger, safe='')}/{action}",
-                             method="POST", headers=headers)
+    status, body = ask_worker(f"{web}/triggers/{quote(trigger, safe='')}/{action}",
+                              method="POST", headers=headers)
     if status == 403:
         why = body.get("error") if isinstance(body, dict) else body
         raise OnceflowError(f"{action} refused: set ONCEFLOW_ADMIN_TOKEN to the workers' "
                             f"admin token ({why})")
-    if status >= 300:
-        raise OnceflowError(f"{action} failed ({status}): {body}")
-    print(f"onceflow: {action} of trigger {trigger!r} sent to {body['partitions']} partition(s)")
+    if status >= 300 or not isinstance(body, dict):
+        raise OnceflowError(f"{action} failed ({status}): {_said(body)}")
+    print(f"onceflow: {action} of trigger {trigger!r} sent to {body.get('partitions')} "
+          "partition(s)")
     return 0
 
 
-def show_history(web: str, trigger: str, identity: str, activation: str | None) -> int:
-    """`onceflow history TRIGGER IDENTITY`: the entry, from the worker that owns it."""
+def show_history(web: str, trigger: str, identity: str, activation: str | None,
+                 settings: WorkerSettings | None = None) -> int:
+    """`onceflow history TRIGGER IDENTITY`: the entry, from the worker that owns it.
+
+    A join trigger keeps history per activation.  Without `activation`, the activations
+    of the identity are taken from the journal and every one of them is looked up.
+    """
     url = f"{web}/history/{quote(trigger, safe='')}/{quote(identity, safe='')}"
+    if activation is None and settings is not None and _joins(web, trigger):
+        activations = _journal_activations(settings, trigger, identity)
+        if not activations:
+            raise OnceflowError(
+                f"trigger {trigger!r} keeps history per activation (an all or only_one "
+                f"join) and no journal record of it names identity {identity!r}, so its "
+                "activations are unknown: give --activation")
+        entries = []
+        for each in activations:
+            status, body = ask_worker(f"{url}?activation={quote(each, safe='')}")
+            if status >= 300:
+                raise OnceflowError(f"history lookup failed ({status}): {_said(body)}")
+            entries.append(body)
+        print(json.dumps(entries, indent=2))
+        return 0
     if activation is not None:
         url += f"?activation={quote(activation, safe='')}"
-    status, body = http_json(url)
+    status, body = ask_worker(url)
     if status >= 300:
-        raise OnceflowError(f"history lookup failed ({status}): {body}")
+        raise OnceflowError(f"history lookup failed ({status}): {_said(body)}")
     print(json.dumps(body, indent=2))
     return 0
+
+
+def _joins(web: str, trigger: str) -> bool:
+    """Whether a worker defines `trigger` as a join keyed by activation (all, only_one)."""
+    status, body = ask_worker(f"{web}/triggers?local=1")
+    if status >= 300 or not isinstance(body, dict):
+        raise OnceflowError(f"the worker's trigger list failed ({status}): {_said(body)}")
+    facts = body.get(trigger)
+    if not isinstance(facts, dict):
+        known = ", ".join(sorted(body)) or "none"
+        raise OnceflowError(f"no trigger named {trigger!r} on the worker at {web} "
+                            f"(known: {known})")
+    definition = facts.get("definition") or {}
+    types = definition.get("types") or ()
+    return len(types) > 1 and definition.get("condition") in (ALL, ONLY_ONE)
+
+
+def _journal_activations(settings: WorkerSettings, trigger: str, identity: str
+                         ) -> list[str]:
+    names = wire.Names(settings.topic_prefix)
+    records = asyncio.run(read_topic(settings.cluster, names.journal))
+    found: dict[str, None] = {}
+    for record in records:
+        line = _journal_line(record, quiet=True)
+        if (line is not None and line.get("trigger") == trigger
+                and line.get("identity") == identity
+                and isinstance(line.get("activation"), str)):
+            found[line["activation"]] = None
+    return list(found)
+
+
+def _said(body: Any) -> str:
+    if isinstance(body, dict) and "error" in body:
+        return str(body["error"])
+    text = body if isinstance(body, str) else json.dumps(body)
+    return " ".join(text.split())[:300]
 
 
 async def _original(cluster: Cluster, topic: str, partition: int, offset: int) -> Any:
@@ -222,13 +361,15 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
     return 0
 
 
-def _journal_line(record: Any) -> dict[str, Any] | None:
+def _journal_line(record: Any, *, quiet: bool = False) -> dict[str, Any] | None:
     """A journal record as a dict, or None (told on stderr) when it is not one."""
     try:
         line = orjson.loads(record.value)
     except orjson.JSONDecodeError:
         line = None
     if not isinstance(line, dict):
+        if quiet:
+            return None
         print(f"onceflow: journal record {record.partition}@{record.offset} is not a JSON "
               f"object; skipped", file=sys.stderr)
         return None

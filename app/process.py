@@ -2,33 +2,64 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
+import httpx
 from onceflow.errors import OnceflowError
+
+
+class WorkerUnreachable(OnceflowError):
+    """No worker answered at a web address (nothing listens there, or it did not answer)."""
 
 
 def http_json(url: str, *, method: str = "GET", headers: dict[str, str] | None = None,
               timeout: float = 5.0) -> tuple[int, Any]:
-    """(status, decoded JSON body) of a request; the body is None when not JSON."""
-    request = urllib.request.Request(url, method=method, headers=headers or {})
+    """(status, decoded JSON body) of a request; the body is a string when not JSON.
+
+    WorkerUnreachable (an OnceflowError: one line, no traceback) when no answer came:
+    connection refused, an unknown host, a timeout, a malformed address.
+    """
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, body = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, body = exc.code, exc.read()
+        response = httpx.request(method, url, headers=headers or {}, timeout=timeout)
+    except httpx.InvalidURL as exc:
+        raise WorkerUnreachable(f"{url!r} is not a web address ({exc}); give it as "
+                                "http://HOST:PORT") from None
+    except httpx.UnsupportedProtocol:
+        raise WorkerUnreachable(f"{url!r} is not a web address; give it as "
+                                "http://HOST:PORT") from None
+    except httpx.TimeoutException:
+        raise WorkerUnreachable(
+            f"the worker at {_origin(url)} did not answer within {timeout:g} s") from None
+    except httpx.TransportError as exc:
+        raise WorkerUnreachable(f"cannot reach a worker at {_origin(url)}: "
+                                f"{_reason(exc)}") from None
     try:
-        return status, json.loads(body)
+        return response.status_code, response.json()
     except ValueError:
-        return status, body.decode("utf-8", "replace")
+        return response.status_code, response.text
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.netloc else url
+
+
+def _reason(exc: Exception) -> str:
+    """The innermost OS reason of a transport error, in words ("connection refused")."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror.lower()
+        cause = cause.__cause__ or cause.__context__
+    text = str(exc).strip()
+    return text[:200] if text else type(exc).__name__
 
 
 class WorkerProcess:
@@ -66,7 +97,7 @@ class WorkerProcess:
                 status, _ = http_json(self.web_url + "/ready", timeout=1.0)
                 if status == 200:
                     return time.monotonic() - started
-            except OSError:
+            except WorkerUnreachable:
                 pass
             time.sleep(0.05)
         raise OnceflowError(f"the worker was not ready after {timeout} s; see {self.log_path}")

@@ -206,6 +206,8 @@ def connection_failure(exc: BaseException, cluster: Cluster) -> ConnectionFailed
     """A one-line account of why a client could not connect to `cluster`."""
     where = cluster.describe()
     text = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.errno and not isinstance(exc, ssl.SSLError):
+        text = os.strerror(exc.errno).lower()  # "connection refused", not asyncio's words
     security = cluster.security
     if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:
         reason = getattr(exc, "verify_message", None) or "certificate verify failed"

@@ -16,6 +16,14 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .security import Cluster, SecuritySettings, bootstrap_servers, security_from_env
 
+# `onceflow worker` flags for the common settings: flag -> (field, metavar).
+FLAGS = {"--broker": ("broker_url", "URL"), "--data-dir": ("data_dir", "DIR"),
+         "--web-port": ("web_port", "PORT"), "--partitions": ("partitions", "N"),
+         "--log-level": ("log_level", "LEVEL")}
+
+LOG_LEVELS = {"crit": "critical", "critical": "critical", "error": "error", "warn": "warning",
+              "warning": "warning", "info": "info", "debug": "debug"}
+
 
 class WorkerSettings(BaseSettings):
     """Everything a worker (and the commands that talk to it) needs to know."""
@@ -88,6 +96,35 @@ class WorkerSettings(BaseSettings):
             return tuple(pairs)
         return value
 
+    allow_trigger_change: bool = Field(
+        False, description="join a group whose workers run another trigger file "
+        "(a rolling change of the file)")
+
+    @field_validator("broker_url")
+    @classmethod
+    def _check_broker_url(cls, value: str) -> str:
+        servers = [part.strip() for part in value.split(",")]
+        for server in servers:
+            scheme, sep, address = server.rpartition("://")
+            if sep and scheme.lower() != "kafka":
+                raise ValueError(f"{server!r} has the scheme {scheme + '://'!r}; Kafka "
+                                 "bootstrap servers are kafka://HOST:PORT (the kafka:// "
+                                 "is optional)")
+            host, colon, port = address.rstrip("/").rpartition(":")
+            if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{server!r} is not HOST:PORT; expected "
+                                 "kafka://HOST:PORT[,HOST:PORT...]")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        level = LOG_LEVELS.get(value.strip().lower())
+        if level is None:
+            raise ValueError(f"{value!r} is not a log level; expected crit, error, warn, "
+                             "info or debug")
+        return level
+
     @field_validator("extra_topics", mode="before")
     @classmethod
     def _split_topics(cls, value: Any) -> Any:
@@ -102,7 +139,8 @@ class WorkerSettings(BaseSettings):
             return cls(**overrides)
         except ValidationError as exc:
             problems = "; ".join(
-                f"ONCEFLOW_{'_'.join(str(p) for p in error['loc']).upper()}: {error['msg']}"
+                f"ONCEFLOW_{'_'.join(str(p) for p in error['loc']).upper()}: "
+                + error["msg"].removeprefix("Value error, ")
                 for error in exc.errors())
             raise ConfigError("environment", "worker settings", problems) from None
 
@@ -157,3 +195,33 @@ class WorkerSettings(BaseSettings):
             "web_port": self.web_port,
             "canonical_url": self.web_url,
         }
+
+
+def settings_help() -> str:
+    """Every ONCEFLOW_ variable with its default and meaning (for `worker --help`)."""
+    flags = {field: flag for flag, (field, _) in FLAGS.items()}
+    fields = [(name, info) for name, info in WorkerSettings.model_fields.items()
+              if name != "security"]
+    fields += list(SecuritySettings.model_fields.items())  # read from ONCEFLOW_* as well
+    rows = []
+    for name, info in fields:
+        flag = f" [{flags[name]}]" if name in flags else ""
+        rows.append((f"ONCEFLOW_{name.upper()}", _shown(info.default),
+                     f"{info.description or ''}{flag}"))
+    width = max(len(row[0]) for row in rows)
+    shown_width = max(len(row[1]) for row in rows)
+    lines = ["settings (environment variables; default, meaning [flag]):"]
+    lines += [f"  {var.ljust(width)}  {shown.ljust(shown_width)}  {meaning}"
+              for var, shown, meaning in rows]
+    return "\n".join(lines)
+
+
+def _shown(default: Any) -> str:
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, tuple):
+        return ",".join(item if isinstance(item, str) else "=".join(item)
+                        for item in default) or "empty"
+    return str(default) or "empty"

@@ -22,6 +22,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import for_code
 from onceflow.agents.context import TABLES
 from onceflow.agents.wire import Names
 from onceflow.errors import ConfigError
@@ -111,7 +112,10 @@ async def ensure_topics(where: Cluster | str, plan: list[TopicSpec], *,
                          topic_configs=spec.configs()) for spec in plan])
             for name, code, *rest in response.topic_errors:
                 if code not in (0, TOPIC_ALREADY_EXISTS):
-                    message = rest[0] if rest and rest[0] else f"Kafka error code {code}"
+                    error = for_code(code)
+                    message = f"{error.__name__} ({code})"
+                    if rest and rest[0]:
+                        message += f": {rest[0]}"
                     raise ConfigError("broker", f"topic {name!r}",
                                       f"cannot be created: {message}")
         problems = await check_topics(admin, plan)

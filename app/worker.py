@@ -4,16 +4,52 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import logging
+import os
+import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from onceflow.agents.wire import Names
 from onceflow.engine import load_callees
+from onceflow.errors import ConfigError
 from onceflow.triggers import load_triggers
 
+from .membership import assignor_with, check_group, fingerprint
 from .settings import WorkerSettings
 from .topics import deployment_topics, ensure_topics
+
+
+def _plain_unless_terminal() -> dict[str, Any]:
+    """Faust's logging, colored only when its stream (stderr) is a terminal.
+
+    mode's colored formatter asks whether stdout is a terminal, while the handler writes
+    to stderr: `onceflow worker 2>worker.log` from a terminal wrote escape codes into the
+    file.  The formatter is told to look at stderr, and NO_COLOR turns colors off.
+    """
+    from mode.utils.logging import DEFAULT_FORMATTERS
+
+    terminal = sys.stderr.isatty() and "NO_COLOR" not in os.environ
+    colored = ({**DEFAULT_FORMATTERS["colored"], "stream": sys.stderr} if terminal
+               else DEFAULT_FORMATTERS["default"])
+    return {"merge": True, "formatters": {"colored": colored}}
+
+
+def check_port(host: str, port: int) -> None:
+    """ConfigError when the web views cannot listen on host:port (in use, not an address)."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        why = ("another process listens there" if exc.errno == errno.EADDRINUSE
+               else (exc.strerror or str(exc)).lower())
+        raise ConfigError("environment", f"web views on {host}:{port}",
+                          f"cannot listen: {why} (set ONCEFLOW_WEB_PORT, or --web-port, to a "
+                          "free port)") from None
 
 
 def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
@@ -26,6 +62,7 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     path = Path(triggers_path)
     triggers = load_triggers(path)
     callees = load_callees(triggers, base_dir=path.resolve().parent)
+    check_port(settings.web_host, settings.web_port)
     plan = deployment_topics(
         triggers, Names(settings.topic_prefix), partitions=settings.partitions,
         replication=settings.replication_factor, config=settings.topic_config,
@@ -34,14 +71,24 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
                                             create=settings.create_topics))
     if settings.replication_factor != -1:
         replication = settings.replication_factor
+    mine = fingerprint(triggers)
+    if not settings.allow_trigger_change:
+        asyncio.run(check_group(settings.cluster, Names(settings.topic_prefix).app_id, mine,
+                                str(path)))
+    logging.getLogger("aiokafka").setLevel(logging.NOTSET)  # the commands quiet it
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     options = dataclasses.replace(settings.options(), replication_factor=replication)
-    faust_settings = {**settings.faust_settings(), "topic_replication_factor": replication}
+    faust_settings = {**settings.faust_settings(), "topic_replication_factor": replication,
+                      "PartitionAssignor": assignor_with(mine, str(path),
+                                                         settings.allow_trigger_change)}
     app = build_app(triggers, callees, options, faust_settings)
     add_web_views(app, settings)
-    print(f"onceflow: worker for {path} on {settings.broker_url}; web views at "
-          f"{settings.web_url}", file=sys.stderr, flush=True)
-    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
+    print(f"onceflow: worker for {path} (trigger set {mine}) on {settings.broker_url}; web "
+          f"views at {settings.web_url}", file=sys.stderr, flush=True)
+    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True,
+                          logging_config=_plain_unless_terminal())
+    if not sys.stdout.isatty():
+        worker.spinner = None  # it writes cursor escapes even when not on a terminal
     if settings.debug_batches:
         logging.getLogger("onceflow.batches").setLevel(logging.INFO)
     worker.execute_from_commandline()

@@ -26,7 +26,7 @@ from pathlib import Path
 import orjson
 from onceflow.app.broker import EmbeddedBroker, free_port
 from onceflow.app.kafka import Producer, TopicFollower
-from onceflow.app.process import WorkerProcess, http_json
+from onceflow.app.process import WorkerProcess, WorkerUnreachable, http_json
 from onceflow.app.topics import TopicSpec, ensure_topics
 
 HERE = Path(__file__).resolve().parent / "worker"
@@ -93,7 +93,7 @@ def naive_rate(broker: EmbeddedBroker, documents: int, workdir: Path, name: str,
                 raise RuntimeError(f"the naive agent died; see {workdir / name}.log")
             try:
                 _, body = http_json(f"http://127.0.0.1:{port}/progress", timeout=2)
-            except OSError:
+            except WorkerUnreachable:
                 time.sleep(0.05)
                 continue
             if started is None:

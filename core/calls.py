@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .pickling import by_fields
+from .tomltext import toml_text
 
 NEW = "NEW"
 DUPLICATE = "DUPLICATE"
@@ -76,7 +77,7 @@ def load_callee(spec: str, builtins: dict[str, Callable[..., Any]], *, source: s
             known = ", ".join(sorted(builtins))
             raise ConfigError(source, where,
                               f'expected a built-in ({known}) or "package.module:function", '
-                              f"got {spec!r}")
+                              f"got {toml_text(spec)}")
         module_name, _, attr = spec.partition(":")
         if base_dir is not None and str(base_dir) not in sys.path:
             # Services usually sit beside the trigger file that names them.

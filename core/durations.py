@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from .tomltext import toml_text
+
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 
@@ -16,10 +18,10 @@ def parse_duration(value: object, *, allow_none: bool = False) -> float | None:
     Raises ValueError with a message saying what was expected.
     """
     if isinstance(value, bool):
-        raise ValueError(f"expected {DURATION_HELP}, got {value!r}")
+        raise ValueError(f"expected {DURATION_HELP}, got {toml_text(value)}")
     if isinstance(value, int | float):
         if value < 0:
-            raise ValueError(f"expected a duration of zero or more, got {value!r}")
+            raise ValueError(f"expected a duration of zero or more, got {toml_text(value)}")
         return float(value)
     if isinstance(value, str):
         if value.strip().lower() == "none":
@@ -30,7 +32,7 @@ def parse_duration(value: object, *, allow_none: bool = False) -> float | None:
         if match:
             return float(match.group(1)) * _UNITS[match.group(2)]
     extra = ' or "none"' if allow_none else ""
-    raise ValueError(f"expected {DURATION_HELP}{extra}, got {value!r}")
+    raise ValueError(f"expected {DURATION_HELP}{extra}, got {toml_text(value)}")
 
 
 def format_duration(seconds: float | None) -> str:

@@ -22,10 +22,12 @@ class HistoryUnavailable(TransientError):
 class ConfigError(OnceflowError):
     """A trigger file is wrong; the message names the file, the trigger and the key."""
 
-    def __init__(self, source: str, where: str, problem: str) -> None:
+    def __init__(self, source: str, where: str, problem: str, *,
+                 details: tuple[str, ...] = ()) -> None:
         self.source = source
         self.where = where
         self.problem = problem
+        self.details = details  # every problem, one by one, when there are several
         super().__init__(f"{source}: {where}: {problem}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any
 from .durations import parse_duration
 from .errors import ConfigError
 from .pickling import by_fields
+from .tomltext import toml_text
 
 ALL = "all"
 ANY = "any"
@@ -31,6 +33,28 @@ _TRIGGER_KEYS = {
     "resource_check",
 }
 _TOPIC_KEYS = {"id_cache_size", "persist_id_cache"}
+
+# A trigger's name becomes part of topic names (NAME.out, NAME.error, NAME.in-doubt), of
+# metric labels and of URLs: letters, digits, ".", "_" and "-", starting with a letter or
+# digit, at most 100 characters.
+TRIGGER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+TRIGGER_NAME_RULE = ('letters, digits, ".", "_" and "-", starting with a letter or digit, '
+                     "at most 100 characters")
+
+
+class _Notes:
+    """What is wrong but not fatal: warnings on stderr, or (strict) problems to report."""
+
+    def __init__(self, source: str, strict: bool) -> None:
+        self.source = source
+        self.strict = strict
+        self.problems: list[str] = []
+
+    def note(self, where: str, problem: str) -> None:
+        if self.strict:
+            self.problems.append(f"{where}: {problem}")
+        else:
+            print(f"onceflow: warning: {self.source}: {where}: {problem}", file=sys.stderr)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,24 +159,37 @@ class TriggerSet:
         raise KeyError(f"no trigger named {name!r} (known: {known})")
 
 
-def load_triggers(path: str | Path) -> TriggerSet:
-    """Read and validate a trigger file; ConfigError names the file, trigger and key."""
+def load_triggers(path: str | Path, *, strict: bool = False) -> TriggerSet:
+    """Read and validate a trigger file; ConfigError names the file, trigger and key.
+
+    `strict` (`onceflow check`): what is otherwise a warning is an error (unknown keys,
+    odd trigger names), and so is a [topic.X] table for a topic no trigger reads; the
+    ConfigError lists every such problem (`details`).
+    """
     path = Path(path)
     source = str(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(source, "file", "not found") from None
+    except IsADirectoryError:
+        raise ConfigError(source, "file", "is a folder; give the triggers.toml file") from None
+    except PermissionError:
+        raise ConfigError(source, "file", "cannot be read: permission denied") from None
+    except UnicodeDecodeError:
+        raise ConfigError(source, "file", "is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, "file", f"not valid TOML: {exc}") from None
-    return parse_triggers(raw, source)
+    return parse_triggers(raw, source, strict=strict)
 
 
-def parse_triggers(raw: dict[str, Any], source: str = "<memory>") -> TriggerSet:
-    """Validate an already-parsed trigger document."""
+def parse_triggers(raw: dict[str, Any], source: str = "<memory>", *,
+                   strict: bool = False) -> TriggerSet:
+    """Validate an already-parsed trigger document (`strict`: see load_triggers)."""
+    notes = _Notes(source, strict)
     for key in raw:
         if key not in ("trigger", "topic"):
-            _warn_unknown(source, "top level", key, {"trigger", "topic"})
+            _unknown(notes, "top level", key, {"trigger", "topic"})
     entries = raw.get("trigger")
     if entries is None:
         raise ConfigError(source, "file", "no [[trigger]] tables: define at least one trigger")
@@ -161,7 +198,7 @@ def parse_triggers(raw: dict[str, Any], source: str = "<memory>") -> TriggerSet:
     triggers: list[TriggerDef] = []
     names: set[str] = set()
     for index, entry in enumerate(entries):
-        trigger = _parse_trigger(entry, index, source)
+        trigger = _parse_trigger(entry, index, source, notes)
         if trigger.name in names:
             raise ConfigError(source, f"trigger {trigger.name!r}", "name is not unique")
         names.add(trigger.name)
@@ -170,12 +207,21 @@ def parse_triggers(raw: dict[str, Any], source: str = "<memory>") -> TriggerSet:
     topic_tables = raw.get("topic", {})
     if not isinstance(topic_tables, dict):
         raise ConfigError(source, "key 'topic'", "expected [topic.NAME] tables")
+    read = {topic for trigger in triggers for topic in trigger.topics}
     for name, table in topic_tables.items():
-        topics[name] = _parse_topic(name, table, source)
+        topics[name] = _parse_topic(name, table, source, notes)
+        if strict and name not in read:
+            notes.note(f"[topic.{name}]", "no trigger reads this topic (a typo in the "
+                       "topic name, or a table left from a removed trigger?)")
+    if notes.problems:
+        count = len(notes.problems)
+        raise ConfigError(source, "strict check",
+                          f"{count} problem{'s' if count > 1 else ''}: "
+                          + "; ".join(notes.problems), details=tuple(notes.problems))
     return TriggerSet(tuple(triggers), topics, source)
 
 
-def _parse_trigger(entry: Any, index: int, source: str) -> TriggerDef:
+def _parse_trigger(entry: Any, index: int, source: str, notes: _Notes) -> TriggerDef:
     where = f"trigger #{index + 1}"
     if not isinstance(entry, dict):
         raise ConfigError(source, where, "expected a table")
@@ -183,9 +229,12 @@ def _parse_trigger(entry: Any, index: int, source: str) -> TriggerDef:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(source, f"{where}: key 'name'", "expected a non-empty string")
     where = f"trigger {name!r}"
+    if TRIGGER_NAME.fullmatch(name) is None:
+        notes.note(where, f"odd name: a trigger name becomes part of topic names, so it "
+                   f"takes {TRIGGER_NAME_RULE}")
     for key in entry:
         if key not in _TRIGGER_KEYS:
-            _warn_unknown(source, where, key, _TRIGGER_KEYS)
+            _unknown(notes, where, key, _TRIGGER_KEYS)
 
     def fail(key: str, problem: str) -> ConfigError:
         return ConfigError(source, f"{where}: key {key!r}", problem)
@@ -199,7 +248,8 @@ def _parse_trigger(entry: Any, index: int, source: str) -> TriggerDef:
         raise fail("types", "expected a non-empty list of document type names")
     condition = entry.get("condition", ALL)
     if condition not in CONDITIONS:
-        raise fail("condition", f'expected one of "all", "any", "only_one", got {condition!r}')
+        raise fail("condition",
+                   f'expected one of "all", "any", "only_one", got {toml_text(condition)}')
     topics = entry.get("topics")
     if topics is None:
         topics = list(dict.fromkeys(types))
@@ -219,7 +269,7 @@ def _parse_trigger(entry: Any, index: int, source: str) -> TriggerDef:
     def flag(key: str, default: bool) -> bool:
         value = entry.get(key, default)
         if not isinstance(value, bool):
-            raise fail(key, f"expected true or false, got {value!r}")
+            raise fail(key, f"expected true or false, got {toml_text(value)}")
         return value
 
     def duration(key: str, default: str, allow_none: bool = False) -> float | None:
@@ -230,10 +280,11 @@ def _parse_trigger(entry: Any, index: int, source: str) -> TriggerDef:
 
     retries = entry.get("max_retry_attempts", 0)
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
-        raise fail("max_retry_attempts", f"expected a whole number >= 0, got {retries!r}")
+        raise fail("max_retry_attempts", f"expected a whole number >= 0, got {toml_text(retries)}")
     on_failure = entry.get("on_retry_failure", ON_FAILURE_ERROR)
     if on_failure not in (ON_FAILURE_ERROR, ON_FAILURE_SUSPEND):
-        raise fail("on_retry_failure", f'expected "error" or "suspend", got {on_failure!r}')
+        raise fail("on_retry_failure",
+                   f'expected "error" or "suspend", got {toml_text(on_failure)}')
     ttl = duration("history_ttl", "2h")
     sweep = duration("history_sweep_interval", "10m")
     interval = duration("retry_interval", "10s")
@@ -260,28 +311,27 @@ def _parse_trigger(entry: Any, index: int, source: str) -> TriggerDef:
     )
 
 
-def _parse_topic(name: str, table: Any, source: str) -> TopicSettings:
+def _parse_topic(name: str, table: Any, source: str, notes: _Notes) -> TopicSettings:
     where = f"[topic.{name}]"
     if not isinstance(table, dict):
         raise ConfigError(source, where, "expected a table")
     for key in table:
         if key not in _TOPIC_KEYS:
-            _warn_unknown(source, where, key, _TOPIC_KEYS)
+            _unknown(notes, where, key, _TOPIC_KEYS)
     size = table.get("id_cache_size", DEFAULT_ID_CACHE_SIZE)
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise ConfigError(source, f"{where}: key 'id_cache_size'",
-                          f"expected a whole number >= 1, got {size!r}")
+                          f"expected a whole number >= 1, got {toml_text(size)}")
     persist = table.get("persist_id_cache", True)
     if not isinstance(persist, bool):
         raise ConfigError(source, f"{where}: key 'persist_id_cache'",
-                          f"expected true or false, got {persist!r}")
+                          f"expected true or false, got {toml_text(persist)}")
     return TopicSettings(id_cache_size=size, persist_id_cache=persist)
 
 
-def _warn_unknown(source: str, where: str, key: str, known: set[str]) -> None:
-    # Unknown keys are reported, not fatal: trigger files may carry keys for newer
-    # versions or other tools.  A close match is most likely a typo, so say so.
+def _unknown(notes: _Notes, where: str, key: str, known: set[str]) -> None:
+    # Unknown keys are reported, not fatal (unless strict): trigger files may carry keys
+    # for newer versions or other tools.  A close match is most likely a typo, so say so.
     close = difflib.get_close_matches(key, sorted(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    print(f"onceflow: warning: {source}: {where}: unknown key {key!r} ignored{hint}",
-          file=sys.stderr)
+    notes.note(where, f"unknown key {key!r}{'' if notes.strict else ' ignored'}{hint}")

@@ -83,8 +83,22 @@ def _triggers_for(args: argparse.Namespace) -> tuple[TriggerSet, str]:
     return load_triggers(path), str(Path(path).resolve().parent)
 
 
+def _check_local(option: str, location: str | None) -> None:
+    """OnceflowError, before Spark starts, when a local input does not exist."""
+    if not location or ("://" in location and not location.startswith("file://")):
+        return  # a cluster file system (hdfs://, s3a://...): Spark finds out
+    path = Path(location.removeprefix("file://"))
+    if not path.exists():
+        raise OnceflowError(f"{option} {location}: no such file or folder")
+
+
 def run_spark_command(args: argparse.Namespace) -> int:
     """`onceflow spark replay|audit`."""
+    _check_local("--input", args.input)
+    if getattr(args, "journal", None):
+        _check_local("--journal", args.journal)
+    if getattr(args, "history", None):
+        _check_local("--history", args.history)
     triggers, base_dir = _triggers_for(args)
     seeds: list[HistorySeed] = []
     if getattr(args, "history", None):

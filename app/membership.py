@@ -1,0 +1,161 @@
+"""The trigger set's fingerprint in a worker's group membership: one trigger set a group.
+
+Every worker puts a fingerprint of its trigger set (a hash of the triggers and topic
+settings as the worker reads them, not of the file's text) in the metadata it sends when
+it joins the consumer group.  A worker whose fingerprint differs from the group's stops
+with both fingerprints and what to do, instead of joining a group that disagrees about
+which triggers exist: before joining, when the broker describes the group's members with
+their metadata (Apache Kafka does); else when it joins, refused by the group leader,
+which gives it no partitions.  ONCEFLOW_ALLOW_TRIGGER_CHANGE lets a worker join anyway
+(a rolling change of the trigger file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+from faust.assignor import PartitionAssignor
+from onceflow.errors import OnceflowError
+from onceflow.triggers import TriggerSet
+
+from .boundary import EXIT_INPUT
+from .security import Cluster, started
+
+FIELD = "onceflow_triggers"  # the fingerprint, in Faust's member user data
+ALLOW = "onceflow_allow_trigger_change"  # the member joins whatever the group runs
+REFUSED = "onceflow_refused"  # in an assignment: the leader refused this member
+
+log = logging.getLogger("onceflow.membership")
+
+
+def fingerprint(triggers: TriggerSet) -> str:
+    """A short hash of a trigger set: equal for files that define the same triggers."""
+    normal = {
+        "triggers": sorted((dataclasses.asdict(t) for t in triggers.triggers),
+                           key=lambda t: t["name"]),
+        "topics": {name: dataclasses.asdict(settings)
+                   for name, settings in sorted(triggers.topic_settings.items())},
+    }
+    text = json.dumps(normal, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def refusal(source: str, mine: str, group: str, theirs: str, where: str) -> str:
+    """What a worker whose trigger set differs from its group's says before it stops."""
+    return (f"{source}: trigger set: its fingerprint is {mine}, but the workers of the "
+            f"group {group!r} run another trigger file ({where}: {theirs}); a worker does "
+            "not join a group that disagrees about its triggers. Start every worker with "
+            "the same file (stop them all, then start them with the new one), or set "
+            "ONCEFLOW_ALLOW_TRIGGER_CHANGE=true for a rolling change (see docs/operations.md, "
+            "changing the trigger file)")
+
+
+def assignor_with(mine: str, source: str, allow_change: bool) -> type[PartitionAssignor]:
+    """Faust's partition assignor, with the trigger set's fingerprint in the membership.
+
+    The group leader hands partitions only to members whose fingerprint is its own (or
+    that allow a change); every other member gets none and is told so in its assignment,
+    and stops with the reason (exit code 2).
+    """
+
+    class FingerprintAssignor(PartitionAssignor):  # type: ignore[misc]
+        def metadata(self, topics: Any) -> ConsumerProtocolMemberMetadata:
+            member = super().metadata(topics)
+            data = json.loads(member.user_data)
+            data[FIELD] = mine
+            data[ALLOW] = allow_change
+            return ConsumerProtocolMemberMetadata(member.version, member.subscription,
+                                                  json.dumps(data).encode())
+
+        def _perform_assignment(self, cluster: Any, member_metadata: Any) -> Any:
+            data = {member: _user_data(metadata.user_data)
+                    for member, metadata in member_metadata.items()}
+            refused = {member for member, facts in data.items()
+                       if facts.get(FIELD) != mine and not facts.get(ALLOW)}
+            if allow_change or not refused:
+                return super()._perform_assignment(cluster, member_metadata)
+            kept = {m: md for m, md in member_metadata.items() if m not in refused}
+            result = dict(super()._perform_assignment(cluster, kept))
+            for member in refused:
+                facts = data[member]
+                log.error("onceflow: the worker at %s runs another trigger file (trigger set "
+                          "%s, the group's is %s): it gets no partitions and stops",
+                          facts.get("url"), facts.get(FIELD), mine)
+                told = {"assignment": {"actives": {}, "standbys": {}},
+                        "url": facts.get("url", ""), "changelog_distribution": {},
+                        REFUSED: {"group": mine, "leader": str(self.app.conf.canonical_url)}}
+                result[member] = ConsumerProtocolMemberAssignment(
+                    self.version, [], self._compress(json.dumps(told).encode()))
+            return result
+
+        def on_assignment(self, assignment: Any) -> None:
+            told = _user_data(self._decompress(assignment.user_data)).get(REFUSED)
+            if isinstance(told, dict):
+                message = refusal(source, mine, str(self.app.conf.id), str(told.get("group")),
+                                  f"group leader {told.get('leader')}")
+                # The worker redirects sys.stderr into its logs: write to the real one.
+                os.write(2, f"onceflow: {message}\n".encode())
+                logging.shutdown()
+                os._exit(EXIT_INPUT)
+            super().on_assignment(assignment)
+
+    return FingerprintAssignor
+
+
+def _user_data(raw: bytes | None) -> dict[str, Any]:
+    try:
+        data = json.loads(raw or b"")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+async def group_fingerprints(cluster: Cluster, group: str) -> dict[str, str | None]:
+    """{member (client host and id): fingerprint} of the group's current members."""
+    admin = await started(AIOKafkaAdminClient(**cluster.client_kwargs()), cluster)
+    try:
+        responses = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    found: dict[str, str | None] = {}
+    for response in responses:
+        for described in response.groups:
+            members = described[5] if len(described) > 5 else ()
+            for member in members:
+                member_id, client_id, host, metadata = member[0], member[1], member[2], member[3]
+                found[f"{host or '?'} ({client_id or member_id})"] = _member_print(metadata)
+    return found
+
+
+def _member_print(metadata: bytes | None) -> str | None:
+    """The fingerprint in a member's metadata (None: not told, as by the embedded broker)."""
+    try:
+        data = _user_data(ConsumerProtocolMemberMetadata.decode(metadata).user_data)
+    except Exception:  # noqa: BLE001 - metadata that is not a consumer's, or none at all
+        return None
+    value = data.get(FIELD)
+    return value if isinstance(value, str) and not data.get(ALLOW) else None
+
+
+async def check_group(cluster: Cluster, group: str, mine: str, source: str) -> None:
+    """OnceflowError before joining when members run a trigger set of another fingerprint.
+
+    Brokers that leave member metadata out of DescribeGroups (the embedded one) tell
+    nothing here; the group leader refuses such a worker when it joins (assignor_with).
+    """
+    others = {member: theirs for member, theirs in
+              (await group_fingerprints(cluster, group)).items()
+              if theirs is not None and theirs != mine}
+    if others:
+        where, theirs = sorted(others.items())[0]
+        raise OnceflowError(refusal(source, mine, group, theirs, where))

@@ -1,0 +1,202 @@
+"""The real `onceflow` command, failing: one clear line on stderr, an exit code, no traceback.
+
+These cases need no broker (an unreachable one is part of what they test); the ones that
+need a running broker or worker are in tests/integration/test_cli_live.py.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from cli_runner import onceflow, one_line_error
+
+REPO = Path(__file__).resolve().parents[1]
+DEAD_BROKER = {"ONCEFLOW_BROKER_URL": "kafka://127.0.0.1:9"}  # port 9: nothing listens
+DEAD_WORKER = "http://127.0.0.1:9"
+
+
+def test_version() -> None:
+    result = onceflow("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("onceflow ")
+
+
+def test_send_a_missing_file(tmp_path: Path) -> None:
+    result = onceflow("send", str(tmp_path / "nowhere.jsonl"))
+    one_line_error(result, 2, "nowhere.jsonl: no such file")
+
+
+def test_send_a_folder(tmp_path: Path) -> None:
+    one_line_error(onceflow("send", str(tmp_path)), 2, "is a folder")
+
+
+def test_send_reports_every_bad_line_and_sends_nothing(tmp_path: Path) -> None:
+    lines = ['{"ts": 0, "topic": "a", "value": 1}', "not json", "[1, 2]",
+             '{"ts": 1, "topic": "a"}', '{"ts": 2, "topic": "a", "partition": -1, "value": 1}',
+             '{"ts": 3, "topic": "a", "value": 2}']
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    # The broker is unreachable: bad lines are found before anything talks to it.
+    result = onceflow("send", str(path), env=DEAD_BROKER)
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 2
+    told = result.stderr.strip().splitlines()
+    assert len(told) == 4, told
+    for number in (2, 3, 4, 5):
+        assert any(f"in.jsonl:{number}:" in line for line in told), (number, told)
+    assert "4 bad lines; nothing was sent" in told[-1]
+    assert "not a JSON line" in told[0]
+    assert "expected a JSON object" in told[1]
+    assert "needs 'value' or 'raw'" in told[2]
+    assert "'partition' must be a whole number" in told[3]
+    assert "broker" not in result.stderr
+
+
+def test_send_reads_standard_input() -> None:
+    result = onceflow("send", "-", stdin='{"ts": 0, "topic": "a", "value": 1}\n{oops\n',
+                      env=DEAD_BROKER)
+    one_line_error(result, 2, "<stdin>:2: not a JSON line", "nothing was sent")
+
+
+def test_send_to_an_unreachable_broker() -> None:
+    result = onceflow("send", "-", stdin='{"ts": 0, "topic": "a", "value": 1}\n',
+                      env=DEAD_BROKER, timeout=30)
+    one_line_error(result, 3, "cannot connect to 127.0.0.1:9 (PLAINTEXT): connection refused",
+                   "ONCEFLOW_BROKER_URL")
+
+
+def test_worker_with_an_unreachable_broker() -> None:
+    result = onceflow("worker", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                      env={**DEAD_BROKER, "ONCEFLOW_WEB_PORT": str(_free_port())}, timeout=60)
+    one_line_error(result, 3, "cannot connect to 127.0.0.1:9 (PLAINTEXT): connection refused")
+
+
+def test_journal_with_an_unreachable_broker() -> None:
+    result = onceflow("journal", env=DEAD_BROKER, timeout=30)
+    one_line_error(result, 3, "cannot connect to 127.0.0.1:9 (PLAINTEXT)")
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9092", "127.0.0.1", "kafka://host:port"])
+def test_a_broker_url_that_is_not_kafka_host_port_is_refused(url: str) -> None:
+    result = onceflow("send", "-", env={"ONCEFLOW_BROKER_URL": url})
+    one_line_error(result, 2, "ONCEFLOW_BROKER_URL", repr(url))
+
+
+def test_a_broker_url_flag_with_the_wrong_scheme_is_refused() -> None:
+    result = onceflow("worker", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                      "--broker", "https://127.0.0.1:9092")
+    one_line_error(result, 2, "ONCEFLOW_BROKER_URL", "scheme 'https://'")
+
+
+@pytest.mark.parametrize("command", [["history", "billing", "inv-1"], ["suspend", "billing"],
+                                     ["resume", "billing"]])
+def test_worker_commands_with_the_worker_down(command: list[str]) -> None:
+    result = onceflow(*command, "--web", DEAD_WORKER, timeout=30)
+    one_line_error(result, 3, f"cannot reach a worker at {DEAD_WORKER}: connection refused",
+                   "--web")
+
+
+def test_worker_commands_with_a_malformed_web_address() -> None:
+    result = onceflow("history", "billing", "inv-1", "--web", "nonsense")
+    one_line_error(result, 2, "web address 'nonsense': expected http://HOST:PORT")
+
+
+def test_a_bad_log_level() -> None:
+    result = onceflow("worker", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                      env={"ONCEFLOW_LOG_LEVEL": "loud"})
+    one_line_error(result, 2, "ONCEFLOW_LOG_LEVEL", "'loud' is not a log level",
+                   "crit, error, warn, info or debug")
+    assert "Value error" not in result.stderr
+
+
+def test_a_bad_log_level_flag() -> None:
+    result = onceflow("worker", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                      "--log-level", "chatty")
+    one_line_error(result, 2, "ONCEFLOW_LOG_LEVEL", "'chatty' is not a log level")
+
+
+def test_a_web_port_already_in_use() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = onceflow("worker", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                          "--web-port", str(port), env=DEAD_BROKER)
+    one_line_error(result, 2, f"127.0.0.1:{port}", "another process listens there",
+                   "ONCEFLOW_WEB_PORT")
+
+
+def test_a_missing_trigger_file() -> None:
+    result = onceflow("worker", "--triggers", "/nonexistent/triggers.toml")
+    one_line_error(result, 2, "/nonexistent/triggers.toml: file: not found")
+
+
+def test_worker_help_lists_every_setting_with_its_default() -> None:
+    from onceflow.app.settings import WorkerSettings
+
+    result = onceflow("worker", "--help")
+    assert result.returncode == 0
+    text = result.stdout
+    for name in WorkerSettings.model_fields:
+        assert f"ONCEFLOW_{name.upper()}" in text, name
+    rows = {line.split()[0]: line for line in text.splitlines()
+            if line.strip().startswith("ONCEFLOW_") and len(line.split()) > 1}
+    assert rows["ONCEFLOW_WEB_PORT"].split()[1] == "6066"
+    assert rows["ONCEFLOW_PARTITIONS"].split()[1] == "4"
+    assert rows["ONCEFLOW_BROKER_URL"].split()[1] == "kafka://127.0.0.1:9092"
+    for flag in ("--broker", "--data-dir", "--web-port", "--partitions", "--log-level"):
+        assert flag in text, flag
+
+
+def test_an_unknown_command_is_a_usage_line() -> None:
+    result = onceflow("frobnicate")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "invalid choice" in result.stderr
+
+
+def test_journal_with_a_bad_since() -> None:
+    result = onceflow("journal", "--since", "yesterday-ish", env=DEAD_BROKER)
+    one_line_error(result, 2, "--since 'yesterday-ish'", "10m", "ISO time")
+
+
+def test_journal_with_an_unknown_outcome() -> None:
+    result = onceflow("journal", "--outcome", "exploded", env=DEAD_BROKER)
+    one_line_error(result, 2, "--outcome 'exploded'", "in-doubt")
+
+
+def test_replay_of_a_missing_scenario(tmp_path: Path) -> None:
+    result = onceflow("replay", str(tmp_path / "nothing"))
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.startswith("onceflow: ")
+
+
+@pytest.mark.parametrize("command", [
+    ["spark", "replay", "--triggers", str(REPO / "deploy" / "triggers.toml"), "--input",
+     "/missing/archive", "--output", "/tmp/never"],
+    ["spark", "audit", "--input", "/missing/archive", "--journal", "/tmp/x.jsonl"],
+])
+def test_spark_with_a_missing_input_says_so_before_starting_spark(command: list[str]) -> None:
+    result = onceflow(*command, timeout=30)
+    one_line_error(result, 2, "--input /missing/archive: no such file or folder")
+
+
+def test_an_unexpected_error_is_one_line_with_a_hint(tmp_path: Path) -> None:
+    # A service module that raises while it is imported: not an error onceflow knows.
+    (tmp_path / "broken.py").write_text("raise ZeroDivisionError('boom at import')\n")
+    (tmp_path / "triggers.toml").write_text(
+        '[[trigger]]\nname = "t"\ntypes = ["a"]\nservice = "broken:run"\n')
+    result = onceflow("check", str(tmp_path / "triggers.toml"))
+    assert "Traceback" not in result.stderr
+    assert result.returncode != 0
+    assert "boom at import" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
