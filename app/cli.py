@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from onceflow.app.boundary import debugging, error_boundary
+from onceflow.app.boundary import error_boundary
 
 
 def _version() -> str:
@@ -215,11 +215,6 @@ def _run_spark_command(args: argparse.Namespace) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `onceflow` command: errors are one line and an exit code."""
     args = _parser().parse_args(argv)
-    if not debugging():
-        # The commands say in one line what failed; the Kafka client's own error logs
-        # ("Unable connect to ...") would only repeat it (a worker turns them back on
-        # once it has reached the broker).
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     return error_boundary(lambda: _run(args))
 
 

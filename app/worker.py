@@ -75,7 +75,6 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     if not settings.allow_trigger_change:
         asyncio.run(check_group(settings.cluster, Names(settings.topic_prefix).app_id, mine,
                                 str(path)))
-    logging.getLogger("aiokafka").setLevel(logging.NOTSET)  # the commands quiet it
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     options = dataclasses.replace(settings.options(), replication_factor=replication)
     faust_settings = {**settings.faust_settings(), "topic_replication_factor": replication,
