@@ -7,6 +7,7 @@ accepts connections a few milliseconds after it starts, and creates unknown topi
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -133,6 +134,16 @@ class EmbeddedBroker:
 
 def run_broker(port: int) -> int:
     """`onceflow broker`: run tansu in the foreground until interrupted."""
+    if not 0 < port < 65536:
+        raise OnceflowError(f"--port {port}: expected a port from 1 to 65535")
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            why = ("another process listens there" if exc.errno == errno.EADDRINUSE
+                   else (exc.strerror or str(exc)).lower())
+            raise OnceflowError(f"cannot listen on 127.0.0.1:{port}: {why}; give another "
+                                "--port") from None
     broker = EmbeddedBroker(port)
     broker.start()
     print(f"onceflow: embedded broker (tansu) at {broker.url}; Ctrl-C stops it "
@@ -148,6 +159,9 @@ def run_broker(port: int) -> int:
     try:
         while not stop and broker.process is not None and broker.process.poll() is None:
             time.sleep(0.2)
+        code = broker.process.poll() if broker.process is not None else None
     finally:
         broker.stop()
+    if not stop:
+        raise OnceflowError(f"the embedded broker stopped by itself (exit code {code})")
     return 0

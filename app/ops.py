@@ -283,7 +283,10 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
     stops the command with nothing resubmitted, naming each such document.
     """
     triggers = load_triggers(Path(triggers_path))
-    trigger = triggers.by_name(trigger_name)
+    try:
+        trigger = triggers.by_name(trigger_name)
+    except KeyError as exc:
+        raise OnceflowError(f"{triggers_path}: {exc.args[0]}") from None
     names = wire.Names(settings.topic_prefix)
     wanted = set(identities)
     kind = "processing" if outcome == IN_DOUBT else "failed"

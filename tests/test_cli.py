@@ -200,3 +200,37 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def test_broker_on_a_port_in_use() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = onceflow("broker", "--port", str(port))
+    one_line_error(result, 2, f"cannot listen on 127.0.0.1:{port}", "another process")
+
+
+def test_resubmit_of_an_unknown_trigger() -> None:
+    result = onceflow("resubmit", "nosuch", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                      "--dry-run", env=DEAD_BROKER)
+    one_line_error(result, 2, "no trigger named 'nosuch' (known: billing, fulfil)")
+
+
+def test_the_boundary_turns_a_bug_into_one_line_and_code_70(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from onceflow.app.boundary import EXIT_INTERNAL, error_boundary
+
+    monkeypatch.delenv("ONCEFLOW_DEBUG", raising=False)
+
+    def bug() -> int:
+        return {}["missing"]  # type: ignore[no-any-return]
+
+    assert error_boundary(bug) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "unexpected error (KeyError: 'missing')" in err
+    assert "ONCEFLOW_DEBUG=1" in err
+    monkeypatch.setenv("ONCEFLOW_DEBUG", "1")
+    assert error_boundary(bug) == EXIT_INTERNAL
+    assert "Traceback" in capsys.readouterr().err  # asked for
