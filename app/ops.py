@@ -34,6 +34,7 @@ from .process import WorkerUnreachable, http_json
 from .security import Cluster, started
 from .settings import WorkerSettings
 
+MAX_TOLD = 100  # bad lines told one by one; past that, how many more
 Outgoing = tuple[int, str, int, bytes | None, bytes, list[tuple[str, bytes]], int]
 
 
@@ -63,10 +64,14 @@ def send_file(path: str, settings: WorkerSettings, base_time: float | None) -> i
 
     sent = asyncio.run(publish()) if outgoing and not problems else 0
     if problems:
-        for problem in problems[:-1]:
+        shown = problems[:MAX_TOLD - 1] + problems[-1:] if len(problems) > MAX_TOLD else problems
+        for problem in shown[:-1]:
             print(f"onceflow: {problem}", file=sys.stderr)
+        if len(problems) > MAX_TOLD:
+            print(f"onceflow: ... {len(problems) - MAX_TOLD} more bad lines not shown",
+                  file=sys.stderr)
         count = f"{len(problems)} bad lines" if len(problems) > 1 else "a bad line"
-        raise ScenarioError(f"{problems[-1]} ({count}; nothing was sent)")
+        raise ScenarioError(f"{shown[-1]} ({count}; nothing was sent)")
     print(f"onceflow: sent {sent} record(s) from {name}")
     return 0
 

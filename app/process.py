@@ -92,7 +92,9 @@ class WorkerProcess:
         started = time.monotonic()
         while time.monotonic() - started < timeout:
             if self.process is None or self.process.poll() is not None:
-                raise OnceflowError(f"the worker exited before it was ready; see {self.log_path}")
+                said = self.last_words()
+                raise OnceflowError("the worker exited before it was ready"
+                                    + (f": {said}" if said else f"; see {self.log_path}"))
             try:
                 status, _ = http_json(self.web_url + "/ready", timeout=1.0)
                 if status == 200:
@@ -101,6 +103,16 @@ class WorkerProcess:
                 pass
             time.sleep(0.05)
         raise OnceflowError(f"the worker was not ready after {timeout} s; see {self.log_path}")
+
+    def last_words(self) -> str:
+        """The worker's last `onceflow: ...` line on stderr (why it stopped), if any."""
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        lines = [line for line in text.splitlines() if line.startswith("onceflow: ")
+                 and not line.startswith("onceflow: worker for ")]
+        return lines[-1].removeprefix("onceflow: ") if lines else ""
 
     @property
     def alive(self) -> bool:

@@ -234,3 +234,22 @@ def test_the_boundary_turns_a_bug_into_one_line_and_code_70(
     monkeypatch.setenv("ONCEFLOW_DEBUG", "1")
     assert error_boundary(bug) == EXIT_INTERNAL
     assert "Traceback" in capsys.readouterr().err  # asked for
+
+
+def test_send_of_a_file_of_garbage_tells_a_hundred_lines_and_the_count(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.jsonl"
+    path.write_bytes(b"\xff\xfe not json\n" * 5000)
+    result = onceflow("send", str(path), env=DEAD_BROKER)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    told = result.stderr.strip().splitlines()
+    assert len(told) == 101
+    assert "4900 more bad lines not shown" in told[-2]
+    assert told[-1].startswith("onceflow: ") and "garbage.jsonl:5000:" in told[-1]
+    assert "(5000 bad lines; nothing was sent)" in told[-1]
+
+
+def test_replay_live_with_an_unreachable_broker_says_why() -> None:
+    result = onceflow("replay", "--live", "--broker", "127.0.0.1:9",
+                      str(REPO / "tests" / "scenarios" / "and_join_expire"), timeout=120)
+    one_line_error(result, 2, "the worker exited before it was ready",
+                   "cannot connect to 127.0.0.1:9 (PLAINTEXT): connection refused")
