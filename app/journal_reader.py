@@ -103,7 +103,15 @@ def _cells(line: dict[str, Any]) -> list[str]:
             " ".join(reason.split())]
 
 
+def _printable(cell: str) -> str:
+    """A cell with control characters escaped: a record's fields must not drive the terminal."""
+    if cell.isprintable():
+        return cell
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in cell)
+
+
 def _row(cells: list[str]) -> str:
+    cells = [_printable(cell) for cell in cells]
     padded = [cell.ljust(width) for cell, (_, width) in zip(cells, COLUMNS, strict=False)]
     return "  ".join([*padded, *cells[len(COLUMNS):]]).rstrip() + "\n"
 

@@ -253,3 +253,19 @@ def test_replay_live_with_an_unreachable_broker_says_why() -> None:
                       str(REPO / "tests" / "scenarios" / "and_join_expire"), timeout=120)
     one_line_error(result, 2, "the worker exited before it was ready",
                    "cannot connect to 127.0.0.1:9 (PLAINTEXT): connection refused")
+
+
+def test_journal_table_escapes_control_characters_of_hostile_records() -> None:
+    import io
+
+    from onceflow.app.journal_reader import Printer
+
+    out = io.StringIO()
+    printer = Printer(out, as_json=False)
+    printer.line({"trigger": "t", "outcome": "bad-input", "identity": "x\x1b[2J\ny",
+                  "activation": None, "ts": 0, "topic": "a", "partition": 0, "offset": 1,
+                  "reason": "bell\x07 and \u009b"})
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text and "\u009b" not in text
+    assert text.count("\n") == 2  # the header and one row: a newline in a field is escaped
+    assert "x\\x1b[2J\\ny" in text
