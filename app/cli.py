@@ -60,7 +60,7 @@ def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ign
     worker.add_argument("--triggers", required=True, help="the triggers.toml file")
     for flag, (field, metavar) in FLAGS.items():
         worker.add_argument(flag, dest=f"set_{field}", metavar=metavar,
-                            help=f"ONCEFLOW_{field.upper()}")
+                            help=f"sets ONCEFLOW_{field.upper()} (below)")
     check = commands.add_parser(
         "check", help="check a trigger file strictly (exit 1 on any problem)",
         description="Validate a trigger file as a worker does, and strictly: unknown keys, "
