@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,7 @@ from .process import WorkerUnreachable, http_json
 from .security import Cluster, started
 from .settings import WorkerSettings
 
+LATEST_MS = 253402300800000  # 10000-01-01T00:00:00Z in milliseconds
 MAX_TOLD = 100  # bad lines told one by one; past that, how many more
 Outgoing = tuple[int, str, int, bytes | None, bytes, list[tuple[str, bytes]], int]
 
@@ -49,6 +51,8 @@ def send_file(path: str, settings: WorkerSettings, base_time: float | None) -> i
     its topic lacks, is told, and nothing is sent.
     """
     name = "<stdin>" if path == "-" else path
+    if base_time is not None and not (math.isfinite(base_time) and base_time >= 0):
+        raise OnceflowError(f"--base-time {base_time}: expected seconds since 1970, 0 or more")
     base = time.time() if base_time is None else base_time
     outgoing, problems = _read_records(_lines(path), name, settings, base)
 
@@ -124,8 +128,13 @@ def _read_records(lines: list[bytes], name: str, settings: WorkerSettings, base:
                             f"bytes, more than ONCEFLOW_MAX_RECORD_BYTES ({limit}): the "
                             "broker would refuse it")
             continue
+        stamp = (base + record.ts) * 1000
+        if not (math.isfinite(stamp) and 0 <= stamp < LATEST_MS):
+            problems.append(f"{where}: base time + ts ({base:.3f} + {record.ts}) is not a "
+                            "record time Kafka takes (0 to year 9999, in seconds since 1970)")
+            continue
         outgoing.append((number, names.topic(record.topic), record.partition, key, value,
-                         headers, round((base + record.ts) * 1000)))
+                         headers, round(stamp)))
     return outgoing, problems
 
 

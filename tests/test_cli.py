@@ -269,3 +269,16 @@ def test_journal_table_escapes_control_characters_of_hostile_records() -> None:
     assert "\x1b" not in text and "\x07" not in text and "\u009b" not in text
     assert text.count("\n") == 2  # the header and one row: a newline in a field is escaped
     assert "x\\x1b[2J\\ny" in text
+
+
+@pytest.mark.parametrize(("args", "line", "says"), [
+    (["--base-time", "nan"], '{"ts": 0, "topic": "a", "value": 1}', "--base-time nan"),
+    (["--base-time", "-1"], '{"ts": 0, "topic": "a", "value": 1}', "--base-time -1"),
+    ([], '{"ts": 1e300, "topic": "a", "value": 1}', "is not a record time Kafka takes"),
+    (["--base-time", "0"], '{"ts": -5, "topic": "a", "value": 1}',
+     "is not a record time Kafka takes"),
+])
+def test_send_with_record_times_kafka_cannot_take(args: list[str], line: str,
+                                                  says: str) -> None:
+    result = onceflow("send", *args, "-", stdin=line + "\n", env=DEAD_BROKER)
+    one_line_error(result, 2, says)

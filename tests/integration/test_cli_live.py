@@ -202,3 +202,11 @@ def test_worker_logs_to_a_file_have_no_terminal_escapes(broker: EmbeddedBroker,
     text = log.read_bytes()
     assert b"INFO" in text  # there are log lines to look at
     assert b"\x1b[" not in text, text[:2000]
+
+
+def test_journal_of_a_deployment_with_no_journal_yet(broker: EmbeddedBroker,
+                                                     new_prefix: Any) -> None:
+    result = onceflow("journal", env=_env(broker, new_prefix()))
+    assert result.returncode == 0 and result.stdout == ""
+    assert "is empty or does not exist (check ONCEFLOW_TOPIC_PREFIX)" in result.stderr
+    assert "Traceback" not in result.stderr
