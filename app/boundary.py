@@ -35,6 +35,8 @@ def debugging() -> bool:
 def say(message: str) -> None:
     """One line on stderr, prefixed `onceflow: `."""
     line = " ".join(message.split("\n")) if message else "failed"
+    if not line.isprintable():  # text from a file, a record or a server: no escape codes
+        line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
     try:
         print(f"onceflow: {line}", file=sys.stderr, flush=True)
     except (BrokenPipeError, ValueError):

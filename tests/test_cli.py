@@ -7,6 +7,7 @@ need a running broker or worker are in tests/integration/test_cli_live.py.
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -282,3 +283,38 @@ def test_send_with_record_times_kafka_cannot_take(args: list[str], line: str,
                                                   says: str) -> None:
     result = onceflow("send", *args, "-", stdin=line + "\n", env=DEAD_BROKER)
     one_line_error(result, 2, says)
+
+
+@pytest.fixture
+def not_a_worker() -> Iterator[str]:
+    """A web server that answers everything with 200 and a page of HTML."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            body = b"<html>\x1b[31mnot onceflow</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("command", [["suspend", "billing"], ["history", "billing", "i-1"]])
+def test_worker_commands_against_something_that_is_not_a_worker(
+        command: list[str], not_a_worker: str) -> None:
+    result = onceflow(*command, "--web", not_a_worker, env=DEAD_BROKER)
+    line = one_line_error(result, 2, "(200)", "not onceflow")
+    assert "\x1b" not in line
