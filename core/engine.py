@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -94,14 +95,19 @@ Processed = Sink
 
 def dead_letter(record: Record, reason: str) -> Output:
     """The dead-letter copy of a record rejected at ingress: nothing is lost."""
-    from .envelope import NotJson
+    from .envelope import MAX_DEPTH, NotJson, deep_json, nested_deeper_than, safe_headers
 
     value = record.value
     body: dict[str, Any] = {"reason": reason, "topic": record.topic,
                             "partition": record.partition, "offset": record.offset,
-                            "ts": record.ts, "headers": record.headers}
+                            "ts": record.ts}
+    body.update(safe_headers(record.headers))
     if isinstance(value, NotJson):
         body["raw"] = value.text
+        if value.data is not None:
+            body["raw_base64"] = base64.b64encode(value.data).decode("ascii")
+    elif nested_deeper_than(value, MAX_DEPTH):
+        body["raw"] = deep_json(value)  # deeper than a JSON writer takes inside a record
     else:
         body["value"] = value
     return Output(DEAD_LETTER_TOPIC, record.key, body, {"reason": reason})

@@ -10,11 +10,14 @@ from .envelope import (
     H_DELIVERY_COUNT,
     H_DUP_ID,
     H_MESSAGE_ID,
+    MAX_DEPTH,
     BadEnvelope,
     Document,
     Record,
     check_envelope,
     envelope_fields,
+    header_problem,
+    nested_deeper_than,
     parse_delivery_count,
 )
 from .journal import JournalRecord
@@ -165,6 +168,14 @@ class Ingress:
         """admit() for runners: (document, the triggers that take it, rejection reason)."""
         delivery_count = self.delivery.count(record)
         headers = record.headers
+        if headers:
+            problem = header_problem(headers)
+            if problem is not None:
+                uuid_seen, activation_seen = envelope_fields(record.value)
+                journal.append(self._ingress_record(
+                    record, J.BAD_INPUT, uuid_seen or record.message_id, activation_seen,
+                    position, problem))
+                return None, (), problem
         topic = record.topic
         message_id = (headers.get(H_MESSAGE_ID) if headers else None) or (
             f"{topic}/{record.partition}@{record.offset}"
@@ -184,7 +195,8 @@ class Ingress:
             doc_type = value.get("type", "")
             uuid = value.get("uuid", "")
             activation = value.get("activation", "")
-            valid = type(doc_type) is str and type(uuid) is str and type(activation) is str
+            valid = (type(doc_type) is str and type(uuid) is str and type(activation) is str
+                     and not nested_deeper_than(value, MAX_DEPTH))
         else:
             valid = False
         if not valid:

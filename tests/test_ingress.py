@@ -125,8 +125,12 @@ def test_delivery_count_survives_a_restart_through_its_store() -> None:
 
 
 @pytest.mark.parametrize("header,expected", [
-    ("1", 1), ("2", 2), ("17", 17), (" 3 ", 3),
-    ("-1", -1), ("0", -1), ("garbage", -1), ("2.5", -1), ("", -1),
+    ("1", 1), ("2", 2), ("17", 17), ("007", 7), ("2147483647", 2**31 - 1),
+    ("-1", -1), ("0", -1), ("000", -1), ("garbage", -1), ("2.5", -1), ("", -1),
+    # Only plain ASCII digits: int() would read these as 3, 10, 2, 3 and 2.
+    (" 3 ", -1), ("1_0", -1), ("+2", -1), ("\u0663", -1), ("\uff12", -1), ("2\n", -1),
+    # Above 2^31-1 (a Kafka INT32): undefined, however many digits.
+    ("2147483648", -1), ("18446744073709551616", -1), ("9" * 5000, -1),
 ])
 def test_delivery_count_header_wins_over_the_derived_count(header: str,
                                                            expected: int) -> None:
