@@ -36,6 +36,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+from . import record_batches
+
 log = logging.getLogger("onceflow.transport")
 
 
@@ -100,6 +102,7 @@ class FetchHighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
     """The aiokafka consumer thread, with highwaters checked against Fetch responses."""
 
     def _create_worker_consumer(self, transport: Any) -> Any:
+        record_batches.install()  # a header name that is not UTF-8 must not stop the fetch
         consumer = super()._create_worker_consumer(transport)
         # aiokafka keeps the setting here until start() hands it to its fetcher.
         consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS

@@ -235,10 +235,16 @@ class Delivery:
 
 
 def header_dict(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
-    """Kafka headers as the core reads them (the last of a repeated name wins)."""
+    """Kafka headers as the core reads them (the last of a repeated name wins).
+
+    Values are decoded losslessly: a byte that is not UTF-8 becomes a lone surrogate
+    ("surrogateescape", as header names are by record_batches.py), never U+FFFD, so two
+    different values never read as one; the core makes such a record bad input
+    (onceflow.envelope.header_problem).
+    """
     if not headers:
         return {}
-    return {name: value.decode("utf-8", "replace") for name, value in headers
+    return {name: value.decode("utf-8", "surrogateescape") for name, value in headers
             if value is not None}
 
 
@@ -264,8 +270,17 @@ def add_journal(outbox: Outbox, names: Names, records: list[JournalRecord],
     topic = names.journal
     dumps = orjson.dumps
     for record in records:
-        key = record.identity.encode() if record.identity is not None else None
-        value = dumps(record.as_dict())
+        try:
+            key = record.identity.encode() if record.identity is not None else None
+            value = dumps(record.as_dict())
+        except (TypeError, UnicodeEncodeError):
+            # A reason quoting an exception that quotes undecodable bytes: escape them.
+            from .limits import printable
+
+            data = {name: printable(field) if isinstance(field, str) else field
+                    for name, field in record.as_dict().items()}
+            key = data["identity"].encode() if data.get("identity") is not None else None
+            value = dumps(data)
         if limit is not None and len(value) + len(key or b"") > limit - 4096:
             from .limits import fit_journal
 
