@@ -151,8 +151,10 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
         for message in messages:
             if options.history_sweeps:
                 uncommitted.handed(message.tp, message.offset, message.timestamp)
+            # A record without a timestamp (message format v0) has Kafka's -1 ms.
+            ts = message.timestamp if message.timestamp is not None else -0.001
             out.append(wire.Delivery(message.topic, message.partition, message.offset,
-                                     message.timestamp, message.key, message.value,
+                                     ts, message.key, message.value,
                                      list(message.headers or ()), message))
         return out
 

@@ -137,7 +137,10 @@ def fit(output: Output, kind: str, members: list[Document], limit: int) -> str |
     it came from.
     """
     original = output.value
-    data = encode(output)
+    try:
+        data = encode(output)
+    except TypeError as exc:  # orjson cannot write it (a service's result, most likely)
+        return _unwritable(output, kind, members, exc)
     size = output_size(output, data, limit)
     if size <= limit:
         return None
@@ -179,6 +182,36 @@ def fit(output: Output, kind: str, members: list[Document], limit: int) -> str |
         # The references themselves (a join of thousands of members): the first ten.
         value["documents"] = refs[:10]
         value["oversized"]["documents"] = len(refs)
+    return note
+
+
+def printable(text: str) -> str:
+    """Text any JSON writer takes: lone surrogates (undecodable bytes) as escapes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _unwritable(output: Output, kind: str, members: list[Document], exc: TypeError) -> str:
+    """An output JSON cannot hold (a set, an integer over 64 bits, 255 levels deep...).
+
+    Like an output too large: replaced by a record that refers to the input records and
+    says why; the note goes to the journal records of its documents.
+    """
+    what = "the service result" if kind == "output" else f"the {kind} document"
+    note = (f"{what} cannot be written as JSON ({printable(f'{type(exc).__name__}: {exc}')})"
+            f": it was not published; {output.topic} has a record saying so")
+    headers = {name: printable(value) for name, value in output.headers.items()}
+    value: dict[str, Any] = {"documents": [reference(member) for member in members][:10],
+                             "unwritable": {"reason": note}}
+    for name in ("trigger", "identity", "activation"):
+        if name in headers:
+            value[name] = clip(headers[name])
+    output.value = value
+    output.headers = _small_headers(headers)
+    output.key = _small_key(None if output.key is None else printable(output.key))
     return note
 
 

@@ -27,19 +27,27 @@ stops the worker is the broker refusing what it must write (see docs/operations.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from typing import Any
 
 import orjson
+from aiokafka.errors import KafkaError
 from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC, build_processors, dead_letter
-from onceflow.envelope import Document, Record, decode_value, envelope_fields
+from onceflow.envelope import Document, NotJson, Record, decode_value, envelope_fields
 from onceflow.history import COMPLETED, FAILED, PROCESSING, history_key
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
 from onceflow.processor import HELD, Output, Run, Sink, TriggerProcessor
 from onceflow.tables.outbox import Outbox
-from onceflow.tables.state import PartitionStore, TableBuffer, UndoLog, flush_state
+from onceflow.tables.state import (
+    PartitionStore,
+    StateCorrupt,
+    TableBuffer,
+    UndoLog,
+    flush_state,
+)
 from onceflow.triggers import ALL
 
 from . import clock, limits, wire
@@ -49,6 +57,32 @@ from .controls import ControlMixin
 from .outputs import deliver_replies, fit_take
 
 log = logging.getLogger("onceflow.worker")
+
+
+class RecordFault(Exception):
+    """Handling some records failed in a way one record can cause.
+
+    `durable`: how many of them (from the first) are durable; `at`: the record at hand.
+    """
+
+    def __init__(self, error: Exception, durable: int, at: str) -> None:
+        super().__init__(f"{at}: {error!r}")
+        self.durable = durable
+        self.at = at
+
+
+def stops_the_worker(exc: Exception) -> bool:
+    """Whether a failure is not the record's: the broker, the local store, corrupt state.
+
+    These stop the worker (fail-stop: the batch is not acknowledged, and is decided again
+    after a restart); any other failure is the record's to carry.
+    """
+    return isinstance(exc, KafkaError | OSError | TimeoutError | StateCorrupt)
+
+
+def _printable(text: str) -> str:
+    """Text that any JSON writer takes (an exception may quote undecodable bytes)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 SEP = "\x1f"
 _SUSPENDED = "suspended" + SEP
@@ -108,26 +142,89 @@ class PartitionWorker(ControlMixin):
         self.journal: list[JournalRecord] = []
         self.outputs: list[Any] = []
         self.last_record_at = 0.0  # monotonic time of the last record (idle ticks)
+        self.handling = 0  # index of the record at hand in the group being processed
+        self.durable = 0  # how many records of that group are durable
 
     # -- a group of records -------------------------------------------------------------
 
     async def process(self, deliveries: list[wire.Delivery]) -> None:
-        """Process records of this partition in order; durable when this returns."""
+        """Process records of this partition in order; durable when this returns.
+
+        Raises RecordFault when handling them failed in a way a record can cause (the
+        caller goes on record by record: see Runtime.handle); anything that stops the
+        worker (stops_the_worker) is logged with the coordinates of the record at hand.
+        """
         async with self.lock:
             self.rt.metrics.documents += len(deliveries)
             self.last_record_at = self.rt.monotonic()
+            self.handling = 0
+            self.durable = 0
             try:
-                for delivery in deliveries:
+                for index, delivery in enumerate(deliveries):
+                    self.handling = index
                     if delivery.topic == self.rt.names.route:
                         await self._route_message(delivery)
                     else:
                         await self._input_record(delivery)
                 await self.settle()
-            except BaseException:
+            except BaseException as exc:
                 # Whatever was buffered is not known to be consistent: forget it, so the
                 # next use of this partition starts again from what is durable.
                 self.rt.forget_partitions([self.partition])
+                at = self.where(deliveries[self.handling])
+                if isinstance(exc, Exception) and not stops_the_worker(exc):
+                    raise RecordFault(exc, self.durable, at) from exc
+                if isinstance(exc, Exception):
+                    log.critical("onceflow: partition %s stops at record %s (records %s to "
+                                 "%s of this batch were not acknowledged): %r", self.partition,
+                                 at, self.where(deliveries[self.durable]),
+                                 self.where(deliveries[-1]), exc)
                 raise
+
+    async def reject(self, delivery: wire.Delivery, fault: RecordFault) -> None:
+        """A record the worker failed on, alone: journal it, keep it, and go on.
+
+        `bad-input` (trigger null) with the failure as the reason, and a dead-letter copy
+        of the record as it was; its offset is committed like any other.
+        """
+        async with self.lock:
+            error = fault.__cause__ or fault
+            what = limits.clip(_printable(f"{type(error).__name__}: {error}"))
+            where = self.where(delivery)
+            reason = (f"the worker failed on record {where} ({what}); it was not processed "
+                      f"and is kept on {DEAD_LETTER_TOPIC}; please report it")
+            log.error("onceflow: %s", reason, exc_info=error)
+            if delivery.topic == self.rt.names.route:
+                self.bad_route_record(delivery, reason)
+            else:
+                self._failed_input(delivery, reason)
+            await self._flush()
+
+    def _failed_input(self, delivery: wire.Delivery, reason: str) -> None:
+        rt = self.rt
+        value = delivery.value
+        key = delivery.key.decode("utf-8", "replace") if delivery.key else None
+        record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
+                        delivery.ts, None, key, wire.header_dict(delivery.headers))
+        try:
+            record.value = (decode_value(value) if value is None
+                            or len(value) <= rt.options.max_document_bytes else NotJson(""))
+            uuid, activation = envelope_fields(record.value)
+            letter = dead_letter(record, reason)
+            limits.encode(letter)
+        except Exception:  # noqa: BLE001 - whatever the record holds, it is kept
+            uuid, activation = None, None
+            letter = Output(DEAD_LETTER_TOPIC, None, {
+                "reason": reason, "topic": record.topic, "partition": record.partition,
+                "offset": record.offset, "ts": record.ts,
+                "raw_base64": base64.b64encode(value or b"").decode("ascii")},
+                {"reason": limits.clip(reason)})
+        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
+                                          activation, record.ts, record.topic,
+                                          record.partition, record.offset, reason))
+        if limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
+            letter.value["size"] = len(value or b"")
+        self.outputs.append(letter)
 
     async def _input_record(self, delivery: wire.Delivery) -> None:
         rt = self.rt
@@ -442,6 +539,7 @@ class PartitionWorker(ControlMixin):
             if now != self._stored_now:
                 self.control[_TIME] = self._stored_now = now
         await self._flush()
+        self.durable = self.handling  # the records before the one at hand
 
     async def _flush(self) -> None:
         rt = self.rt

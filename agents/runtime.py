@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from .context import Shared, StateTable, WorkerOptions
-from .partition import PartitionWorker
+from .partition import PartitionWorker, RecordFault
 from .wire import Delivery
 
 __all__ = ["Runtime", "StateTable", "WorkerOptions"]
+
+log = logging.getLogger("onceflow.worker")
 
 
 class Runtime(Shared):
@@ -48,9 +51,31 @@ class Runtime(Shared):
         self.metrics.batches += 1
         if len(groups) == 1:
             ((partition, group),) = groups.items()
+            await self._process(partition, group)
+            return
+        await asyncio.gather(*(self._process(p, g) for p, g in groups.items()))
+
+    async def _process(self, partition: int, group: list[Delivery]) -> None:
+        """One partition's records; one that the worker fails on does not stop it.
+
+        When handling a group fails in a way a record can cause (RecordFault), the records
+        not yet durable are handled again one at a time, each on the durable state; one
+        that fails alone is journaled `bad-input` and kept on the dead-letter topic
+        (PartitionWorker.reject), and the partition goes on.  A failure that is not a
+        record's (the broker, the local store, corrupt state) stops the worker.
+        """
+        try:
             await self.worker(partition).process(group)
             return
-        await asyncio.gather(*(self.worker(p).process(g) for p, g in groups.items()))
+        except RecordFault as fault:
+            log.warning("onceflow: partition %s: %s; handling its records one at a time",
+                        partition, fault)
+            rest = group[fault.durable:]
+        for delivery in rest:
+            try:
+                await self.worker(partition).process([delivery])
+            except RecordFault as fault:
+                await self.worker(partition).reject(delivery, fault)
 
     def local_partitions(self) -> list[int]:
         """Partitions with state on this worker."""

@@ -22,6 +22,21 @@ from .partition import RawPartition
 _ABSENT = object()
 
 
+class StateCorrupt(Exception):
+    """A stored state value that cannot be read: the worker must stop, not guess.
+
+    The message names the table's changelog topic, the partition and the key.
+    """
+
+
+def _decode(buffer: TableBuffer, key: bytes, data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise StateCorrupt(f"the stored value of key {key!r} in {buffer.topic} partition "
+                           f"{buffer.partition} is not JSON ({exc})") from None
+
+
 class TableBuffer:
     """The writes of one table partition since the last flush (None: deleted)."""
 
@@ -40,7 +55,7 @@ class TableBuffer:
             value = writes[key]
             return _ABSENT if value is None else value
         data = self.raw.get(key)
-        return _ABSENT if data is None else orjson.loads(data)
+        return _ABSENT if data is None else _decode(self, key, data)
 
     def encoded(self) -> dict[bytes, bytes | None]:
         """The buffered writes as changelog bytes."""
@@ -120,7 +135,7 @@ class PartitionStore:
         cut = self._prefix_len
         for raw_key, data in self.buffer.raw.scan(prefix):
             if raw_key not in writes:
-                yield raw_key[cut:].decode(), orjson.loads(data)
+                yield raw_key[cut:].decode(), _decode(self.buffer, raw_key, data)
         for raw_key, value in list(writes.items()):
             if value is not None and raw_key.startswith(prefix):
                 yield raw_key[cut:].decode(), value

@@ -1,0 +1,134 @@
+"""A record the worker fails on does not stop it; state it cannot read does, saying where.
+
+Whatever goes wrong while a partition handles one record (a bug, or an input nobody
+foresaw) fails the group in hand; the records not yet durable are then handled again one
+at a time on the durable state, and one that fails alone is journaled `bad-input` with the
+failure and kept on the dead-letter topic.  The partition goes on, and no record's service
+runs twice.  A failure that is not a record's (the broker, the local store, a stored value
+that is not JSON) stops the worker, and the log names the record at hand.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+import pytest
+from onceflow.agents import partition as partition_module
+from onceflow.agents.wire import Delivery
+from onceflow.calls import Callee
+from onceflow.tables.state import StateCorrupt
+
+from .test_partition import cluster, doc, journal
+
+
+def fail_on(monkeypatch: pytest.MonkeyPatch, identity: str) -> list[str]:
+    """Make routing fail for one identity, as a bug would; the identities routed."""
+    routed: list[str] = []
+    original = partition_module.wire.routing_key
+
+    def routing_key(trigger: Any, document: Any) -> str:
+        routed.append(document.identity)
+        if document.identity == identity:
+            raise RuntimeError(f"no route for {identity}")
+        return original(trigger, document)
+
+    monkeypatch.setattr(partition_module.wire, "routing_key", routing_key)
+    return routed
+
+
+async def test_a_record_the_worker_fails_on_is_bad_input_and_the_partition_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def service(document: Any) -> None:
+        calls.append(document["uuid"])
+
+    c = cluster({"name": "bill", "types": ["inv"]},
+                callees={"bill": (Callee("x:y", service, False, False), None)})
+    fail_on(monkeypatch, "i-2")
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-2"),
+                            doc("inv", 2, 3, uuid="i-3")])
+    assert journal(c) == [("bill", "processed", "i-1"), (None, "bad-input", "i-2"),
+                          ("bill", "processed", "i-3")]
+    (bad,) = [line for line in c.journal() if line["identity"] == "i-2"]
+    assert bad["reason"].startswith("the worker failed on record inv/0@1 (RuntimeError: no "
+                                    "route for i-2)")
+    letters = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
+    assert [(x["offset"], x["value"]) for x in letters] == [(1, {"uuid": "i-2"})]
+    assert calls == ["i-1", "i-3"]  # each service once
+
+    # The partition goes on with later records.
+    await c.runtime.handle([doc("inv", 3, 4, uuid="i-4")])
+    assert journal(c)[-1] == ("bill", "processed", "i-4")
+
+
+async def test_records_made_durable_before_the_failure_are_not_decided_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    c = cluster({"name": "bill", "types": ["inv"]})
+    routed = fail_on(monkeypatch, "i-3")
+    # i-1 twice: the copy waits for the first run, which settles (and makes durable) the
+    # group so far before i-3 fails.
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-1"),
+                            doc("inv", 2, 3, uuid="i-3"), doc("inv", 3, 4, uuid="i-4")])
+    assert journal(c) == [("bill", "processed", "i-1"), ("bill", "duplicate", "i-1"),
+                          (None, "bad-input", "i-3"), ("bill", "processed", "i-4")]
+    # The first record was durable when i-3 failed and is not decided again; the copy was
+    # not (its decision waited in the group) and is decided once more, alone.
+    assert routed == ["i-1", "i-1", "i-3", "i-1", "i-3", "i-4"]
+
+
+async def test_a_stored_value_that_is_not_json_stops_the_worker_naming_the_record(
+        caplog: pytest.LogCaptureFixture) -> None:
+    c = cluster({"name": "bill", "types": ["inv"]})
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
+    # (History that cannot be read is the spec's "history unavailable": In Doubt, or the
+    # resolver.  The duplicate-ID caches and delivery progress have no such fallback.)
+    for key in list(c.state["ingress"][0].data):
+        c.state["ingress"][0].data[key] = b"{not json"
+    with caplog.at_level(logging.CRITICAL, "onceflow.worker"), \
+            pytest.raises(StateCorrupt, match="is not JSON"):
+        await c.runtime.handle([doc("inv", 1, 2, uuid="i-1")])
+    assert "partition 0 stops at record inv/0@1" in caplog.text
+    assert not any(line["offset"] == 1 for line in c.journal())  # not dead-lettered
+
+
+async def test_a_service_result_json_cannot_hold_is_processed_and_not_published() -> None:
+    def service(document: Any) -> Any:
+        return {"big": 2**70} if document["uuid"] == "i-1" else {"ok": True}
+
+    c = cluster({"name": "bill", "types": ["inv"]},
+                callees={"bill": (Callee("x:y", service, False, False), None)})
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-2")])
+    assert journal(c) == [("bill", "processed", "i-1"), ("bill", "processed", "i-2")]
+    first = c.journal()[0]
+    assert "the service result cannot be written as JSON (TypeError: Integer exceeds 64-bit " \
+           "range): it was not published" in first["reason"]
+    outputs = [orjson.loads(r.value) for r in c.broker.records(c.names.topic("bill.out"))]
+    assert outputs[0]["unwritable"]["reason"] == first["reason"]
+    assert outputs[0]["documents"][0]["offset"] == 0
+    assert outputs[1] == {"ok": True}
+
+
+async def test_header_names_and_values_that_are_not_utf8_are_bad_input_naming_them() -> None:
+    c = cluster({"name": "bill", "types": ["inv"]})
+    value = orjson.dumps({"uuid": "i-1"})
+    await c.runtime.handle([
+        Delivery("inv", 0, 0, 1, None, value, [("dup-id", b"\xff\xfe")]),
+        Delivery("inv", 0, 1, 2, None, orjson.dumps({"uuid": "i-2"}),
+                 [("dup-id", b"\xfe\xff")]),
+        Delivery("inv", 0, 2, 3, None, orjson.dumps({}), [("\udcff", b"v")]),
+        Delivery("inv", 0, 3, 4, None, orjson.dumps({"uuid": "i-4"}),
+                 [("dup-id", "\ufffd".encode())]),
+        Delivery("inv", 0, 4, 5, None, orjson.dumps({"uuid": "i-5"}),
+                 [("reply-to", b"\xe9t\xe9")]),
+    ])
+    lines = sorted(c.journal(), key=lambda line: line["offset"])
+    assert [(x["trigger"], x["outcome"], x["identity"]) for x in lines] == [
+        (None, "bad-input", "i-1"), (None, "bad-input", "i-2"), (None, "bad-input", "inv/0@2"),
+        ("bill", "processed", "i-4"), (None, "bad-input", "i-5")]
+    reasons = [line.get("reason", "") for line in lines]
+    assert reasons[0].startswith("header 'dup-id' is not UTF-8 (b'\\xff\\xfe')")
+    assert reasons[2].startswith("a header name is not UTF-8 (b'\\xff')")
+    assert reasons[4].startswith("header 'reply-to' is not UTF-8 (b'\\xe9t\\xe9')")
