@@ -102,13 +102,13 @@ class _Batch:
     def __getattr__(self, name: str) -> Any:  # base_offset, validate_crc, producer_id, ...
         return getattr(self._batch, name)
 
-    def __iter__(self) -> _Batch:
-        return self
-
-    def __next__(self) -> Any:
+    def __iter__(self) -> Iterator[Any]:
         if self._records is None:
             self._records = self._read()
-        return next(self._records)
+        return self._records
+
+    def __next__(self) -> Any:  # (aiokafka reads a control batch's record with next())
+        return next(iter(self))
 
     def _read(self) -> Iterator[Any]:
         last: int | None = None
