@@ -65,7 +65,7 @@ class Runtime(Shared):
         record's (the broker, the local store, corrupt state) stops the worker.
         """
         try:
-            await self.worker(partition).process(group)
+            await self._built(partition, group[0]).process(group)
             return
         except RecordFault as fault:
             log.warning("onceflow: partition %s: %s; handling its records one at a time",
@@ -73,9 +73,19 @@ class Runtime(Shared):
             rest = group[fault.durable:]
         for delivery in rest:
             try:
-                await self.worker(partition).process([delivery])
+                await self._built(partition, delivery).process([delivery])
             except RecordFault as fault:
-                await self.worker(partition).reject(delivery, fault)
+                await self._built(partition, delivery).reject(delivery, fault)
+
+    def _built(self, partition: int, delivery: Delivery) -> PartitionWorker:
+        """The partition's worker; state it cannot be built from stops the worker, saying so."""
+        try:
+            return self.worker(partition)
+        except Exception as exc:
+            log.critical("onceflow: partition %s stops at record %s/%s@%s: its state cannot "
+                         "be read: %r", partition, self.names.logical(delivery.topic),
+                         delivery.partition, delivery.offset, exc)
+            raise
 
     def local_partitions(self) -> list[int]:
         """Partitions with state on this worker."""

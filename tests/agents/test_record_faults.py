@@ -132,3 +132,15 @@ async def test_header_names_and_values_that_are_not_utf8_are_bad_input_naming_th
     assert reasons[0].startswith("header 'dup-id' is not UTF-8 (b'\\xff\\xfe')")
     assert reasons[2].startswith("a header name is not UTF-8 (b'\\xff')")
     assert reasons[4].startswith("header 'reply-to' is not UTF-8 (b'\\xe9t\\xe9')")
+
+
+async def test_state_a_partition_cannot_be_built_from_stops_the_worker_naming_the_record(
+        caplog: pytest.LogCaptureFixture) -> None:
+    c = cluster({"name": "bill", "types": ["inv"]})
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
+    c.runtime.forget_partitions([0])  # (as after a restart or a rebalance)
+    c.state["control"][0].data[b"time"] = b"{not json"
+    with caplog.at_level(logging.CRITICAL, "onceflow.worker"), \
+            pytest.raises(StateCorrupt, match="onceflow-control-changelog partition 0"):
+        await c.runtime.handle([doc("inv", 1, 2, uuid="i-2")])
+    assert "partition 0 stops at record inv/0@1: its state cannot be read" in caplog.text
