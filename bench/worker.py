@@ -54,7 +54,8 @@ def onceflow_rate(broker: EmbeddedBroker, documents: int, workdir: Path) -> floa
     env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": PREFIX,
            "ONCEFLOW_PARTITIONS": "4", "ONCEFLOW_DATA_DIR": str(workdir / "onceflow"),
            "ONCEFLOW_WEB_PORT": str(free_port()), "ONCEFLOW_SESSION_TIMEOUT": "2",
-           "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3"}
+           "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3",
+           "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT"}  # the embedded broker is open
     worker = WorkerProcess(HERE / "triggers.toml", env, workdir / "onceflow.log").start()
     try:
         worker.wait_ready()

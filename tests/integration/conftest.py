@@ -49,6 +49,7 @@ def start_worker(broker: EmbeddedBroker, tmp_path: Path
             "ONCEFLOW_SESSION_TIMEOUT": "2",
             "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3",
             "ONCEFLOW_MAX_RETRY_WAIT": "0",
+            "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT",
         }
         env.update({f"ONCEFLOW_{k.upper()}": str(v) for k, v in settings.items()})
         (tmp_path / name).mkdir(exist_ok=True)
