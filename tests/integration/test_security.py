@@ -30,7 +30,8 @@ TRIGGERS = """
 name = "orders"
 types = ["order"]
 """
-USERS = {"SCRAM-SHA-256": {"alice": "alice-pw"}, "SCRAM-SHA-512": {"bob": "bob-pw, with ="}}
+USERS = {"SCRAM-SHA-256": {"alice": "alice-pw"}, "SCRAM-SHA-512": {"bob": "bob-pw, with ="},
+         "PLAIN": {"dave": "dave-pw"}}
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,14 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory,
     """TLS and SCRAM logins in front of tansu."""
     broker = SecureBroker(tmp_path_factory.mktemp("secure") / "tansu.log",
                           certificates=certificates, users=USERS).start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    """SCRAM and PLAIN logins without TLS in front of tansu."""
+    broker = SecureBroker(tmp_path_factory.mktemp("sasl") / "tansu.log", users=USERS).start()
     yield broker
     broker.stop()
 
@@ -94,12 +103,15 @@ def orders_file(path: Path, count: int) -> Path:
     ("SSL", None, None),
     ("SASL_SSL", "SCRAM-SHA-256", "alice"),
     ("SASL_SSL", "SCRAM-SHA-512", "bob"),
+    ("SASL_SSL", "PLAIN", "dave"),
+    ("SASL_PLAINTEXT", "SCRAM-SHA-256", "alice"),
 ])
 def test_worker_and_send_over_a_secured_connection(
         request: pytest.FixtureRequest, certificates: Certificates, tmp_path: Path,
         protocol: str, mechanism: str | None, user: str | None) -> None:
     secure_broker: SecureBroker = request.getfixturevalue(
-        "secure_broker" if protocol.startswith("SASL") else "tls_broker")
+        {"SSL": "tls_broker", "SASL_SSL": "secure_broker", "SASL_PLAINTEXT": "sasl_broker"}[
+            protocol])
     prefix = f"sec{os.getpid()}{int(time.time() * 1000) % 100000}."
     names = Names(prefix)
     # The SCRAM-SHA-512 user's password comes from a file, as a Kubernetes Secret mounts it.
