@@ -9,6 +9,7 @@ import os
 import sys
 
 from onceflow.app.boundary import error_boundary
+from onceflow.errors import OnceflowError
 
 
 def _version() -> str:

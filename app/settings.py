@@ -5,6 +5,7 @@ A wrong value stops the worker at start with the variable's name and what was ex
 
 from __future__ import annotations
 
+import socket
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,6 +25,16 @@ FLAGS = {"--broker": ("broker_url", "URL"), "--data-dir": ("data_dir", "DIR"),
 LOG_LEVELS = {"crit": "critical", "critical": "critical", "error": "error", "warn": "warning",
               "warning": "warning", "info": "info", "debug": "debug"}
 
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+
+def own_address() -> str:
+    """The address this machine's host name resolves to (127.0.0.1 when it resolves to none)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
 
 class WorkerSettings(BaseSettings):
     """Everything a worker (and the commands that talk to it) needs to know."""
@@ -33,7 +44,13 @@ class WorkerSettings(BaseSettings):
     broker_url: str = Field("kafka://127.0.0.1:9092",
                             description="Kafka bootstrap servers, kafka://host:port[,...]")
     data_dir: Path = Field(Path("onceflow-data"), description="where RocksDB tables live")
-    web_host: str = Field("127.0.0.1", description="address the web views listen on")
+    web_host: str = Field(
+        "127.0.0.1", description="web address: both WEB_BIND and WEB_ADVERTISE when unset")
+    web_bind: str | None = Field(
+        None, description="address the web server listens on (0.0.0.0: every address)")
+    web_advertise: str | None = Field(
+        None, description="host name or address the other workers and the commands reach "
+        "this worker at (a wildcard bind: this host name's address)")
     web_port: int = Field(6066, ge=1, le=65535, description="port of the web views")
     partitions: int = Field(4, ge=1, description="partitions of every onceflow topic")
     admin_token: SecretStr | None = Field(None, description="token for POST views")
@@ -155,9 +172,30 @@ class WorkerSettings(BaseSettings):
         return Cluster(self.bootstrap_servers, self.security)
 
     @property
+    def bind_host(self) -> str:
+        """The address the web server listens on."""
+        return self.web_bind or self.web_host
+
+    @property
+    def advertised_host(self) -> str:
+        """The host the other workers forward requests to (Faust's canonical URL).
+
+        A wildcard (0.0.0.0, ::) is no address to forward to: with no WEB_ADVERTISE, a
+        worker that listens on every address advertises what its host name resolves to,
+        the container's own address in a container.
+        """
+        if self.web_advertise is not None:
+            return self.web_advertise
+        if "web_host" in self.model_fields_set and self.web_host not in WILDCARDS:
+            return self.web_host
+        return self.bind_host if self.bind_host not in WILDCARDS else own_address()
+
+    @property
     def web_url(self) -> str:
-        """Where this worker's web views answer."""
-        return f"http://{self.web_host}:{self.web_port}"
+        """Where this worker's web views answer, for the other workers and the commands."""
+        host = self.advertised_host
+        return f"http://[{host}]:{self.web_port}" if ":" in host else \
+            f"http://{host}:{self.web_port}"
 
     def options(self) -> WorkerOptions:
         """The agents' view of these settings."""
@@ -190,8 +228,8 @@ class WorkerSettings(BaseSettings):
             "broker_heartbeat_interval": self.heartbeat_interval,
             "producer_acks": -1,
             "broker_max_poll_records": self.batch_size,
-            "web_host": self.web_host,
-            "web_bind": self.web_host,
+            "web_host": self.advertised_host,
+            "web_bind": self.bind_host,
             "web_port": self.web_port,
             "canonical_url": self.web_url,
         }

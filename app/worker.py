@@ -83,7 +83,8 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     app = build_app(triggers, callees, options, faust_settings)
     add_web_views(app, settings)
     print(f"onceflow: worker for {path} (trigger set {mine}) on {settings.broker_url}; web "
-          f"views at {settings.web_url}", file=sys.stderr, flush=True)
+          f"views on {settings.bind_host}:{settings.web_port}, advertised as "
+          f"{settings.web_url}", file=sys.stderr, flush=True)
     worker = faust.Worker(app, loglevel=settings.log_level, quiet=True,
                           logging_config=_plain_unless_terminal())
     if not sys.stdout.isatty():
