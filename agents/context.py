@@ -45,6 +45,9 @@ class WorkerOptions:
     replication_factor: int = -1
     topic_config: tuple[tuple[str, str], ...] = ()
     create_topics: bool = True
+    # Seconds the consumer may go without coming round (or without taking waiting records)
+    # before /livez reports it stuck (health.py).
+    stuck_after: float = 120.0
 
 
 @dataclass(frozen=True, slots=True)

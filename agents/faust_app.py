@@ -24,8 +24,10 @@ from onceflow.tables.outbox import KafkaSender, Outbox
 from onceflow.tables.partition import DictPartition, RawPartition, RocksPartition
 from onceflow.triggers import TriggerSet
 
+from . import store as _store  # noqa: F401  (registers the onceflow-rocksdb:// store)
 from . import wire
 from .context import TABLES, StateTable, WorkerOptions
+from .health import LOOP_BEAT, Health
 from .runtime import Runtime
 from .topics import KafkaTopicMaker
 from .transport import Transport, bootstrap_of, client_auth
@@ -40,9 +42,9 @@ class OnceflowApp(faust.App):
     """A Faust app on onceflow's transport, with the raw producer the runtime writes with."""
 
     runtime: Runtime
+    health: Health
     bulk_delivery: Any = None
     onceflow_producer: AIOKafkaProducer | None = None
-    ready = False
 
     def _new_transport(self) -> Any:
         return Transport(self.conf.broker_consumer, self)
@@ -69,6 +71,16 @@ class OnceflowApp(faust.App):
                 bootstrap, options.partitions, auth=auth,
                 replication=options.replication_factor, config=dict(options.topic_config),
                 create=options.create_topics)
+
+    def on_rebalance_start(self) -> None:
+        """Partitions start moving (called from the consumer's thread)."""
+        super().on_rebalance_start()
+        self.health.on_rebalance_start()
+
+    def on_rebalance_end(self) -> None:
+        """Partitions are assigned, recovered and resumed."""
+        super().on_rebalance_end()
+        self.health.on_rebalance_end()
 
     async def on_stop(self) -> None:
         """Stop the producer after Faust stopped consuming."""
@@ -142,6 +154,7 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
                                   raw_partitions(table))
     runtime = Runtime(triggers, callees, options, tables, sender=_NotStarted())
     app.runtime = runtime
+    app.health = Health(stuck_after=options.stuck_after)
     uncommitted = UncommittedTimes(app)
     if options.history_sweeps:
         runtime.horizon = uncommitted.oldest
@@ -188,9 +201,9 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
         runtime.forget_partitions(sorted({tp.partition for tp in revoked}))
 
-    @app.on_rebalance_complete.connect
-    async def on_ready(sender: Any, **_: Any) -> None:
-        app.ready = True
+    @app.timer(LOOP_BEAT)
+    async def heartbeat() -> None:
+        app.health.beat()
 
     @app.timer(options.tick_interval)
     async def clock() -> None:

@@ -74,6 +74,9 @@ class WorkerSettings(BaseSettings):
         (), description="comma-separated topics read although no trigger reads them")
     session_timeout: float = Field(10.0, gt=0, description="consumer group session, seconds")
     heartbeat_interval: float = Field(1.0, gt=0, description="group heartbeat, seconds")
+    stuck_after: float = Field(
+        120.0, gt=0, description="seconds without fetching (or taking waiting records) "
+        "after which /livez reports the consumer stuck")
     log_level: str = Field("warn", description="crit, error, warn, info or debug")
     debug_batches: bool = Field(False, description="log the offsets of every batch")
     # How clients connect: ONCEFLOW_SECURITY_PROTOCOL, ONCEFLOW_SASL_*, ONCEFLOW_SSL_*
@@ -207,13 +210,14 @@ class WorkerSettings(BaseSettings):
             history_sweeps=self.history_sweeps, max_document_bytes=self.max_document_bytes,
             max_record_bytes=self.max_record_bytes, extra_topics=self.extra_topics,
             replication_factor=self.replication_factor, topic_config=self.topic_config,
-            create_topics=self.create_topics, max_clock_skew=self.max_clock_skew)
+            create_topics=self.create_topics, max_clock_skew=self.max_clock_skew,
+            stuck_after=self.stuck_after)
 
     def faust_settings(self) -> dict[str, Any]:
         """Settings of the Faust app (see docs/operations.md for why each is set)."""
         return {
             "broker": ";".join(f"kafka://{s}" for s in self.bootstrap_servers.split(",")),
-            "store": "rocksdb://",
+            "store": "onceflow-rocksdb://",  # agents/store.py
             "datadir": str(self.data_dir),
             "broker_credentials": self.cluster.faust_credentials(),
             "topic_partitions": self.partitions,

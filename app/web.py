@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import logging
+import math
 from typing import Any
 
+import aiohttp
 import orjson
 from faust.web import Request, Response, View
 from onceflow.agents import wire
 from onceflow.agents.faust_app import OnceflowApp
+from onceflow.agents.health import liveness, readiness
 from onceflow.agents.metrics import prometheus_text
 from onceflow.history import HistoryEntry, history_key
 from onceflow.tables.outbox import Outbox
@@ -24,6 +28,23 @@ from onceflow.tables.state import PartitionStore, TableBuffer
 from .settings import WorkerSettings
 
 SEP = "\x1f"
+log = logging.getLogger("onceflow.web")
+# How long a forwarded request may take at the owning worker.
+FORWARD_TIMEOUT = 10.0
+
+
+def retry_after(app: OnceflowApp) -> dict[str, str]:
+    """The Retry-After header of a 503: about one group session.
+
+    A dead worker's partitions move to the others after it.
+    """
+    seconds = max(1, math.ceil(app.conf.broker_session_timeout))
+    return {"Retry-After": str(seconds)}
+
+
+def unavailable(app: OnceflowApp, view: Any, reason: str, **fields: Any) -> Response:
+    """503 with Retry-After: the answer is elsewhere, or not known while partitions move."""
+    return view.error(503, reason, headers=retry_after(app), **fields)
 
 
 def durable_store(app: OnceflowApp, table: str, partition: int, prefix: str) -> PartitionStore:
@@ -43,15 +64,36 @@ def owner_url(app: OnceflowApp, partition: int) -> str | None:
 
 async def forward(app: OnceflowApp, view: View, request: Request, partition: int
                   ) -> Response | None:
-    """Forward to the owner of a partition; None when this worker is the owner."""
+    """Forward to the owner of a partition; None when this worker owns it, recovered.
+
+    503 with Retry-After while the owner is unknown or does not answer, or while
+    partitions are moving.
+    """
     owner = owner_url(app, partition)
     if owner is None:
-        return view.error(503, f"partition {partition} has no owner right now; retry shortly")
+        return unavailable(app, view, f"partition {partition} has no owner right now; "
+                           "retry shortly", partition=partition)
     if owner == str(app.conf.canonical_url).rstrip("/"):
+        if app.rebalancing or getattr(app, "in_recovery", False):
+            return unavailable(app, view, f"partitions are moving (partition {partition} "
+                               "is being assigned or recovered); retry shortly",
+                               partition=partition)
         return None
-    async with app.http_client.get(owner + request.path_qs) as response:
-        body = await response.read()
-        return view.bytes(body, content_type=response.content_type, status=response.status)
+    try:
+        timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT)
+        async with app.http_client.get(owner + request.path_qs, timeout=timeout) as response:
+            body = await response.read()
+            headers = {}
+            if response.status == 503 and "Retry-After" in response.headers:
+                headers["Retry-After"] = response.headers["Retry-After"]
+            return view.bytes(body, content_type=response.content_type,
+                              status=response.status, headers=headers)
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        log.info("forwarding %s to %s failed: %r", request.path_qs, owner, exc)
+        return unavailable(app, view, f"the worker that owns partition {partition} "
+                           f"({owner}) does not answer; it may be down, and its partitions "
+                           "move to the other workers after the group session; retry "
+                           "shortly", partition=partition, owner=owner)
 
 
 def authorized(settings: WorkerSettings, request: Request) -> bool:
@@ -114,9 +156,18 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
 
     @app.page("/ready")
     async def ready(web: Any, request: Request) -> Response:
-        if app.ready:
-            return web.json({"ready": True})
-        return web.json({"ready": False}, status=503)
+        ok, body = readiness(app, app.health)
+        return web.json(body, status=200 if ok else 503)
+
+    @app.page("/readyz")
+    async def readyz(web: Any, request: Request) -> Response:
+        ok, body = readiness(app, app.health)
+        return web.json(body, status=200 if ok else 503)
+
+    @app.page("/livez")
+    async def livez(web: Any, request: Request) -> Response:
+        ok, body = liveness(app, app.health)
+        return web.json(body, status=200 if ok else 503)
 
     @app.page("/triggers")
     async def triggers(web: Any, request: Request) -> Response:
@@ -125,11 +176,23 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             return web.json(mine)
         parts = [mine]
         me = str(app.conf.canonical_url).rstrip("/")
+        timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT)
         for url in app.router.tables_metadata():
             peer = str(url).rstrip("/")
             if peer != me:
-                async with app.http_client.get(peer + "/triggers?local=1") as response:
-                    parts.append(orjson.loads(await response.read()))
+                try:
+                    async with app.http_client.get(peer + "/triggers?local=1",
+                                                   timeout=timeout) as response:
+                        if response.status != 200:
+                            raise aiohttp.ClientError(f"HTTP {response.status}")
+                        parts.append(orjson.loads(await response.read()))
+                except (aiohttp.ClientError, TimeoutError, OSError,
+                        orjson.JSONDecodeError) as exc:
+                    log.info("asking %s for its triggers failed: %r", peer, exc)
+                    return unavailable(app, web, f"the worker at {peer} does not answer; "
+                                       "it may be down, and its partitions move to the "
+                                       "other workers after the group session; retry "
+                                       "shortly", worker=peer)
         return web.json({"workers": len(parts), "triggers": merge_triggers(parts)})
 
     class HistoryView(View):
