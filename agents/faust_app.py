@@ -27,7 +27,7 @@ from onceflow.triggers import TriggerSet
 from . import store as _store  # noqa: F401  (registers the onceflow-rocksdb:// store)
 from . import wire
 from .context import TABLES, StateTable, WorkerOptions
-from .health import LOOP_BEAT, Health
+from .health import LOOP_BEAT, Health, records_waiting
 from .runtime import Runtime
 from .topics import KafkaTopicMaker
 from .transport import Transport, bootstrap_of, client_auth
@@ -214,7 +214,13 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
 
 async def tick_idle_partitions(app: OnceflowApp, runtime: Runtime,
                                options: WorkerOptions) -> None:
-    """Send wall-clock ticks to idle partitions; resume triggers whose resources are back."""
+    """Send wall-clock ticks to idle partitions; resume triggers whose resources are back.
+
+    Idle: nothing taken on the partition for `idle_after` seconds and nothing waiting on
+    it.  A partition with a backlog (a worker catching up after a rebalance, a restart or
+    a stall) is not idle: a tick at wall-clock time there would expire its joins before
+    their members, still in the backlog, arrive.
+    """
     if app.onceflow_producer is None:
         return
     outbox = Outbox()
@@ -226,7 +232,8 @@ async def tick_idle_partitions(app: OnceflowApp, runtime: Runtime,
             if tp.topic != names.route:
                 continue
             worker = runtime.workers.get(tp.partition)
-            if worker is None or started - worker.last_record_at >= options.idle_after:
+            if (worker is None or started - worker.last_record_at >= options.idle_after) \
+                    and not records_waiting(app, tp.partition):
                 wire.add_control(outbox, names, tp.partition, wire.TICK, ts=now)
     suspended = {name for worker in list(runtime.workers.values())
                  for name, processor in worker.processors.items() if processor.suspended}
