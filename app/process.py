@@ -70,6 +70,7 @@ class WorkerProcess:
         self.env = env
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0  # wall-clock time of start()
         self._log: IO[bytes] | None = None
 
     @property
@@ -81,6 +82,7 @@ class WorkerProcess:
         """Start the worker (not waiting for it)."""
         self._log = open(self.log_path, "ab")
         env = {**os.environ, **self.env}
+        self.started_at = time.time()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "onceflow.app.cli", "worker", "--triggers",
              str(self.triggers)],

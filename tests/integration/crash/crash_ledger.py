@@ -1,6 +1,7 @@
 """The ledger service and resolver of the crash test (loaded by the workers).
 
-`record` inserts one row per document it runs for; the key is unique, so a second run of
+`record` inserts one row per document it runs for (with the worker's pid and the wall-clock
+time of the run); the key is unique, so a second run of
 the same document lands in `doubles` instead.  `resolve` answers DUPLICATE when the
 ledger has the document, NEW when it has not.
 """
@@ -11,6 +12,7 @@ import asyncio
 import os
 import sqlite3
 import threading
+import time
 from typing import Any
 
 from onceflow import CallContext
@@ -24,8 +26,9 @@ def connect(path: str) -> sqlite3.Connection:
                                  check_same_thread=False)
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=NORMAL")
-    connection.execute("CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, pid INTEGER)")
-    connection.execute("CREATE TABLE IF NOT EXISTS doubles (key TEXT, pid INTEGER)")
+    connection.execute(
+        "CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, pid INTEGER, at REAL)")
+    connection.execute("CREATE TABLE IF NOT EXISTS doubles (key TEXT, pid INTEGER, at REAL)")
     return connection
 
 
@@ -53,14 +56,15 @@ async def record(document: Any, context: CallContext) -> dict[str, Any]:
 def _record(document: Any, context: CallContext) -> dict[str, Any]:
     db = _db()
     keys = member_keys(document, context)
+    at = time.time()
     with _lock:  # one connection, used by one thread at a time
         db.execute("BEGIN IMMEDIATE")
         try:
             for key in keys:
                 try:
-                    db.execute("INSERT INTO runs VALUES (?, ?)", (key, os.getpid()))
+                    db.execute("INSERT INTO runs VALUES (?, ?, ?)", (key, os.getpid(), at))
                 except sqlite3.IntegrityError:
-                    db.execute("INSERT INTO doubles VALUES (?, ?)", (key, os.getpid()))
+                    db.execute("INSERT INTO doubles VALUES (?, ?, ?)", (key, os.getpid(), at))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
