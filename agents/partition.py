@@ -143,6 +143,7 @@ class PartitionWorker(ControlMixin):
         self.outputs: list[Any] = []
         self.last_record_at = 0.0  # monotonic time of the last record (idle ticks)
         self.handling = 0  # index of the record at hand in the group being processed
+        self._raw_key: bytes | None = None  # its key, when the key is not UTF-8
         self.durable = 0  # how many records of that group are durable
 
     # -- a group of records -------------------------------------------------------------
@@ -200,17 +201,40 @@ class PartitionWorker(ControlMixin):
                 self._failed_input(delivery, reason)
             await self._flush()
 
+    def _key_text(self, key: bytes | None) -> str | None:
+        """A record key as documents carry it; bytes that are not UTF-8 are kept aside.
+
+        The key only partitions what a document produces, so one that is not UTF-8 is
+        read with U+FFFD (an Avro or integer key is not bad input); a dead-letter copy of
+        the record holds its bytes in "key_base64" (see _letter).
+        """
+        self._raw_key = None
+        if not key:
+            return None
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError:
+            self._raw_key = key
+            return key.decode("utf-8", "replace")
+
+    def _letter(self, record: Record, reason: str) -> Output:
+        """The dead-letter copy of the record at hand (its key's bytes when not UTF-8)."""
+        letter = dead_letter(record, reason)
+        if self._raw_key is not None:
+            letter.value["key_base64"] = base64.b64encode(self._raw_key).decode("ascii")
+        return letter
+
     def _failed_input(self, delivery: wire.Delivery, reason: str) -> None:
         rt = self.rt
         value = delivery.value
-        key = delivery.key.decode("utf-8", "replace") if delivery.key else None
+        key = self._key_text(delivery.key)
         record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
                         delivery.ts, None, key, wire.header_dict(delivery.headers))
         try:
             record.value = (decode_value(value) if value is None
                             or len(value) <= rt.options.max_document_bytes else NotJson(""))
             uuid, activation = envelope_fields(record.value)
-            letter = dead_letter(record, reason)
+            letter = self._letter(record, reason)
             limits.encode(letter)
         except Exception:  # noqa: BLE001 - whatever the record holds, it is kept
             uuid, activation = None, None
@@ -237,9 +261,8 @@ class PartitionWorker(ControlMixin):
         if self.batch.suspending_runs and (self.now is None or ts > self.now):
             await self.settle()
         self._advance(ts)
-        key = delivery.key
         record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
-                        ts, None, key.decode("utf-8", "replace") if key else None,
+                        ts, None, self._key_text(delivery.key),
                         wire.header_dict(delivery.headers) if delivery.headers else {})
         value = delivery.value
         if value is not None and len(value) > rt.options.max_document_bytes:
@@ -255,7 +278,7 @@ class PartitionWorker(ControlMixin):
                                                               self.journal)
         if document is None:
             if rejected is not None:
-                letter = dead_letter(record, rejected)
+                letter = self._letter(record, rejected)
                 if limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
                     letter.value["size"] = len(value or b"")
                 self.outputs.append(letter)
@@ -321,7 +344,7 @@ class PartitionWorker(ControlMixin):
         self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
                                           activation, record.ts, record.topic,
                                           record.partition, record.offset, reason))
-        letter = dead_letter(record, reason)
+        letter = self._letter(record, reason)
         letter.value.pop("value", None)  # by reference only: the record is on its topic
         letter.value["size"] = size
         limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes)  # its headers
@@ -331,9 +354,8 @@ class PartitionWorker(ControlMixin):
         """Bad input at ingress, before any state is written: a record time too far ahead."""
         rt = self.rt
         value = delivery.value
-        key = delivery.key
         record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
-                        delivery.ts, None, key.decode("utf-8", "replace") if key else None,
+                        delivery.ts, None, self._key_text(delivery.key),
                         wire.header_dict(delivery.headers) if delivery.headers else {})
         size = len(value or b"")
         if size <= rt.options.max_document_bytes:
@@ -343,7 +365,7 @@ class PartitionWorker(ControlMixin):
         self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
                                           activation, record.ts, record.topic,
                                           record.partition, record.offset, reason))
-        letter = dead_letter(record, reason)
+        letter = self._letter(record, reason)
         if size > rt.options.max_document_bytes:
             letter.value.pop("value", None)  # by reference only, as for an oversized value
             letter.value["size"] = size
@@ -362,7 +384,7 @@ class PartitionWorker(ControlMixin):
         self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
                                           activation, record.ts, record.topic,
                                           record.partition, record.offset, reason))
-        letter = dead_letter(record, reason)
+        letter = self._letter(record, reason)
         if limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes):
             letter.value["size"] = len(value or b"")
         self.outputs.append(letter)
@@ -416,14 +438,14 @@ class PartitionWorker(ControlMixin):
         """
         topic = self.rt.names.logical(delivery.topic)
         log.warning("onceflow: %s", limits.clip(reason))
-        key = delivery.key.decode("utf-8", "replace") if delivery.key else None
+        key = self._key_text(delivery.key)
         record = Record(topic, delivery.partition, delivery.offset, delivery.ts,
                         decode_value(delivery.value), key,
                         wire.header_dict(delivery.headers) if delivery.headers else {})
         identity = None if trigger is not None else self.where(delivery)
         self.journal.append(JournalRecord(trigger, J.BAD_INPUT, identity, None, delivery.ts,
                                           topic, delivery.partition, delivery.offset, reason))
-        letter = dead_letter(record, reason)
+        letter = self._letter(record, reason)
         if limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes):
             letter.value["size"] = len(delivery.value or b"")
         self.outputs.append(letter)

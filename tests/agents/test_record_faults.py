@@ -144,3 +144,17 @@ async def test_state_a_partition_cannot_be_built_from_stops_the_worker_naming_th
             pytest.raises(StateCorrupt, match="onceflow-control-changelog partition 0"):
         await c.runtime.handle([doc("inv", 1, 2, uuid="i-2")])
     assert "partition 0 stops at record inv/0@1: its state cannot be read" in caplog.text
+
+
+async def test_a_dead_letter_copy_keeps_a_key_that_is_not_utf8() -> None:
+    c = cluster({"name": "bill", "types": ["inv"]})
+    await c.runtime.handle([
+        Delivery("inv", 0, 0, 1, b"\xff\x00", b"not json", []),
+        Delivery("inv", 0, 1, 2, b"\xfe", orjson.dumps({"uuid": "i-2"}), []),  # a document
+        Delivery("inv", 0, 2, 3, b"k", b"not json either", []),
+    ])
+    assert sorted(journal(c), key=lambda line: line[2]) == [
+        ("bill", "processed", "i-2"), (None, "bad-input", "inv/0@0"),
+        (None, "bad-input", "inv/0@2")]
+    letters = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
+    assert [x.get("key_base64") for x in letters] == ["/wA=", None]
