@@ -119,27 +119,24 @@ def deep_json(value: Any) -> str:
 def nested_deeper_than(value: Any, limit: int) -> bool:
     """Whether a JSON value nests arrays and objects more than `limit` levels deep.
 
-    Level by level, without recursion (a hostile document may be thousands deep).
+    Recursion stops at `limit` levels, so a hostile document thousands of levels deep
+    costs no deeper a stack than a document at the limit.
     """
-    if type(value) is dict:
-        level: list[Any] = [value]
-    elif type(value) is list:
-        level = [value]
-    else:
-        return False
-    depth = 0
-    while level:
-        depth += 1
-        if depth > limit:
+    kind = type(value)
+    if kind is dict or kind is list:
+        return _deeper(value, limit)
+    return False
+
+
+def _deeper(container: Any, budget: int) -> bool:
+    """Whether a container (level 1) nests more than `budget` levels."""
+    if budget <= 0:
+        return True
+    items = container.values() if type(container) is dict else container
+    for item in items:
+        kind = type(item)
+        if (kind is dict or kind is list) and _deeper(item, budget - 1):
             return True
-        below: list[Any] = []
-        for container in level:
-            items = container.values() if type(container) is dict else container
-            for item in items:
-                kind = type(item)
-                if kind is dict or kind is list:
-                    below.append(item)
-        level = below
     return False
 
 
