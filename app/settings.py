@@ -223,7 +223,7 @@ class WorkerSettings(BaseSettings):
             "topic_partitions": self.partitions,
             "topic_replication_factor": self.replication_factor,
             # onceflow creates (or checks) every topic before the worker starts, with its
-            # replication factor and configs (app/kafka.py): Faust creates none.
+            # replication factor and configs (app/topics.py): Faust creates none.
             "topic_allow_declare": False,
             "topic_disable_leader": True,
             "table_standby_replicas": 0,
