@@ -1,0 +1,147 @@
+"""Podman for the container test: a Debian base made with mmdebstrap, the worker image.
+
+Public image registries cannot be reached, so the base image is built from Debian's
+packages (mmdebstrap) and loaded with `podman import`; deploy/Dockerfile takes it as its
+BASE_IMAGE.  Both are cached: the base tar under ~/.cache/onceflow/containers, keyed by
+the mmdebstrap command, and the images in podman's storage, tagged with a hash of what
+they are built from, so a second run with the same sources builds nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("ONCEFLOW_CACHE_DIR", Path.home() / ".cache" / "onceflow")) \
+    / "containers"
+MMDEBSTRAP = ["mmdebstrap", "--variant=minbase", "--include=python3,python3-venv,python3-pip",
+              "bookworm"]
+# What deploy/Dockerfile copies into the build (the rest is kept out by .dockerignore).
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "core", "tables", "agents", "app",
+                "pipeline")
+BUILD_TIMEOUT = 1800.0
+
+
+class PodmanError(AssertionError):
+    """A podman command failed; the message has its output."""
+
+
+def missing_tools() -> str | None:
+    """Why the container test cannot run here, or None."""
+    for tool in ("podman", "mmdebstrap", "runc"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (apt-get install podman runc buildah mmdebstrap)"
+    if os.geteuid() != 0:
+        return "the container test runs podman as root (rootless podman is not set up)"
+    return None
+
+
+def digest(*parts: bytes) -> str:
+    hashed = hashlib.sha256()
+    for part in parts:
+        hashed.update(len(part).to_bytes(8, "big"))
+        hashed.update(part)
+    return hashed.hexdigest()[:16]
+
+
+def source_files() -> list[Path]:
+    files = []
+    for name in BUILD_INPUTS:
+        path = ROOT / name
+        candidates = [path] if path.is_file() else sorted(path.rglob("*"))
+        files += [p for p in candidates if p.is_file() and "__pycache__" not in p.parts
+                  and p.suffix not in (".so", ".pyc")]
+    return files
+
+
+class Podman:
+    """podman as root with the settings that work on these machines (vfs, cgroupfs, runc)."""
+
+    def __init__(self, workdir: Path) -> None:
+        conf = workdir / "containers.conf"
+        # The default ulimits (nofile) are refused inside the sandboxes CI runs in.
+        conf.write_text("[containers]\ndefault_ulimits = []\n")
+        self.env = {**os.environ, "CONTAINERS_CONF": str(conf)}
+        self.base = ["podman", "--storage-driver=vfs", "--cgroup-manager=cgroupfs",
+                     "--runtime", "runc"]
+        self.timings: dict[str, float] = {}
+
+    def run(self, *args: str, timeout: float = 300.0, check: bool = True
+            ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([*self.base, *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+        if check and done.returncode != 0:
+            raise PodmanError(f"podman {' '.join(args[:3])} ... exited {done.returncode}:\n"
+                              f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return done
+
+    def exists(self, image: str) -> bool:
+        return self.run("image", "exists", image, check=False).returncode == 0
+
+    def inspect(self, kind: str, name: str) -> dict[str, Any]:
+        (found,) = json.loads(self.run(kind, "inspect", name).stdout)
+        return dict(found)
+
+    def base_image(self) -> str:
+        """The Debian base, from the cached tar or a new mmdebstrap run."""
+        key = digest(" ".join(MMDEBSTRAP).encode())
+        tag = f"localhost/onceflow-base:{key}"
+        if self.exists(tag):
+            return tag
+        tar = CACHE / f"base-{key}.tar"
+        if not tar.exists():
+            CACHE.mkdir(parents=True, exist_ok=True)
+            partial = tar.with_suffix(".partial.tar")
+            started = time.monotonic()
+            done = subprocess.run([*MMDEBSTRAP, str(partial)], capture_output=True, text=True,
+                                  timeout=BUILD_TIMEOUT)
+            if done.returncode != 0:
+                partial.unlink(missing_ok=True)
+                raise PodmanError(f"mmdebstrap exited {done.returncode}:\n{done.stderr[-3000:]}")
+            partial.rename(tar)
+            self.timings["mmdebstrap"] = time.monotonic() - started
+        started = time.monotonic()
+        self.run("import", str(tar), tag, timeout=BUILD_TIMEOUT)
+        self.timings["import"] = time.monotonic() - started
+        return tag
+
+    def worker_image(self) -> str:
+        """deploy/Dockerfile built on the Debian base (docker format: it keeps HEALTHCHECK)."""
+        base = self.base_image()
+        files = source_files()
+        key = digest(base.encode(), (ROOT / "deploy" / "Dockerfile").read_bytes(),
+                     (ROOT / ".dockerignore").read_bytes(),
+                     *(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes()
+                       for p in files))
+        tag = f"localhost/onceflow:test-{key}"
+        if self.exists(tag):
+            return tag
+        # pip in the build trusts what pip here trusts (a TLS-inspecting proxy's CA).
+        bundle = Path(os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+                      or "/etc/ssl/certs/ca-certificates.crt")
+        secret = ["--secret", f"id=pip-ca,src={bundle}"] if bundle.is_file() else []
+        started = time.monotonic()
+        self.run("build", "--format", "docker", "--layers=false", "--network=host", *secret,
+                 "--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"REVISION={key}",
+                 "-f", str(ROOT / "deploy" / "Dockerfile"), "-t", tag, str(ROOT),
+                 timeout=BUILD_TIMEOUT)
+        self.timings["build"] = time.monotonic() - started
+        self.forget_other_builds(tag)
+        return tag
+
+    def forget_other_builds(self, keep: str) -> None:
+        """Remove the test images of earlier sources (each is a full copy under vfs)."""
+        listed = self.run("images", "--format", "{{.Repository}}:{{.Tag}}",
+                          "localhost/onceflow").stdout.split()
+        old = [image for image in listed if image.startswith("localhost/onceflow:test-")
+               and image != keep]
+        if old:
+            self.run("rmi", "--force", *old, check=False)
+        self.run("image", "prune", "--force", check=False)
