@@ -63,7 +63,7 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     path = Path(triggers_path)
     triggers = load_triggers(path)
     callees = load_callees(triggers, base_dir=path.resolve().parent)
-    check_port(settings.web_host, settings.web_port)
+    check_port(settings.bind_host, settings.web_port)
     plan = deployment_topics(
         triggers, Names(settings.topic_prefix), partitions=settings.partitions,
         replication=settings.replication_factor, config=settings.topic_config,
