@@ -173,7 +173,6 @@ class Consumer(faust_aiokafka.Consumer):
                 self.diag.set_flag(CONSUMER_FETCHING)
                 batch: list[Any] = []
                 changelogs: dict[Any, list[Any]] = {}
-                recovering = recovery.active_tps if recovery.in_recovery else ()
                 await self.sleep(0)
                 if not self.should_stop:
                     async for tp, message in self.getmany(timeout=1.0):
@@ -187,7 +186,9 @@ class Consumer(faust_aiokafka.Consumer):
                         if tp.topic in topics:
                             self.track_message(message)
                             batch.append(message)
-                        elif tp in recovering:
+                        elif recovery.in_recovery and tp in recovery.active_tps:
+                            # Decided per record, when it is in hand: a record that went
+                            # Faust's way would be skipped once the offsets moved past it.
                             changelogs.setdefault(tp, []).append(message)
                         else:
                             await self.wait_first(callback(message), self.suspend_flow.wait())
@@ -217,6 +218,7 @@ class Consumer(faust_aiokafka.Consumer):
     def _recover(self, recovery: Any, changelogs: dict[Any, list[Any]]) -> None:
         """Apply fetched changelog records of partitions under recovery, in bulk."""
         offsets = recovery.active_offsets
+        recovery.flush_buffers()  # anything Faust's path holds is older: it goes first
         for tp, messages in changelogs.items():
             seen = offsets.get(tp)
             events = [_ChangelogEvent(m) for m in messages if seen is None or m.offset > seen]
