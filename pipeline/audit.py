@@ -38,9 +38,11 @@ INPUT_SCHEMA = pa.schema([
     ("pos", pa.int64()), ("topic", pa.string()), ("partition", pa.int32()),
     ("offset", pa.int64()), ("ts", pa.float64()), ("identity", pa.string()),
     ("activation", pa.string()), ("targets", pa.list_(pa.string())), ("where", pa.string()),
+    ("doc_type", pa.string()),
 ])
 INPUT_DDL = ("pos long, topic string, partition int, offset long, ts double, "
-             "identity string, activation string, targets array<string>, where string")
+             "identity string, activation string, targets array<string>, where string, "
+             "doc_type string")
 JOURNAL_DDL = ("trigger string, outcome string, identity string, activation string, "
                "ts double, topic string, partition int, offset long, reason string")
 KEY = ("k_topic", "k_partition", "k_offset", "k_ts")
@@ -107,7 +109,8 @@ class AuditRecords:
             for kind, data in zip(kinds, datas, strict=True):
                 if kind == MALFORMED:
                     for pos, where, _, _ in marshal.loads(data):
-                        rows.append((pos, None, None, None, None, None, None, [], where))
+                        rows.append((pos, None, None, None, None, None, None, [], where,
+                                     None))
                 elif kind == RECORDS:
                     # One topic-partition's records of one block, in file order; blocks of
                     # a topic-partition come in file order too.
@@ -116,7 +119,7 @@ class AuditRecords:
                             record = parse_record_line(item, highest, first_value)
                         except ScenarioError as exc:
                             rows.append((pos, None, None, None, None, None, None, [],
-                                         str(exc)))
+                                         str(exc), None))
                             continue
                         rows.append(self._row(pos, record))
             if rows:
@@ -129,11 +132,15 @@ class AuditRecords:
     def _row(self, pos: int, record: Any) -> tuple[Any, ...]:
         # The spec's own definitions: type (or topic), identity (uuid or message id).
         value = record.value
-        identity, activation, targets = record.message_id, None, []
+        identity, activation, targets, doc_type = record.message_id, None, [], None
         try:
             check_envelope(value)
         except BadEnvelope:
-            pass  # rejected at ingress: a terminal outcome with trigger null is expected
+            # Rejected at ingress: a terminal outcome with trigger null is expected, under
+            # the uuid when it can be read as one.
+            uuid = value.get("uuid") if isinstance(value, dict) else None
+            if isinstance(uuid, str) and uuid:
+                identity = uuid
         else:
             doc_type = value.get("type") or record.topic
             identity = value.get("uuid") or identity
@@ -141,7 +148,7 @@ class AuditRecords:
             targets = [name for name, types in self.routes.get(record.topic, ())
                        if doc_type in types]
         return (pos, record.topic, record.partition, record.offset, float(record.ts),
-                identity, activation, targets, None)
+                identity, activation, targets, None, doc_type)
 
 
 def read_journal(spark: Any, path: str) -> Any:
@@ -246,6 +253,7 @@ class Auditor:
         self.by_key = self.inputs.groupBy(*KEY).agg(
             F.count("*").alias("n"), F.min("pos").alias("pos"),
             F.first("targets").alias("targets"), F.first("identity").alias("identity"),
+            F.collect_set("identity").alias("identities"), F.first("doc_type").alias("doc_type"),
             F.first("activation").alias("activation"), F.first("where").alias("where"),
             F.first("topic").alias("topic"), F.first("partition").alias("partition"),
             F.first("offset").alias("offset"), F.first("ts").alias("ts"),

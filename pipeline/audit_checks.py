@@ -11,6 +11,9 @@ from onceflow.triggers import TriggerSet
 from .archive import Archive
 from .audit import KEY, RAN, AuditResult, Violation
 
+# Outcomes that end a join for every member at once.
+JOIN_ENDS = (J.PROCESSED, J.ERROR, J.JOIN_EXPIRED)
+
 
 def _file_of(archive: Archive, pos: int | None) -> str:
     if pos is None or pos < 0:
@@ -37,7 +40,8 @@ def check_outcomes(archive: Archive, triggers: TriggerSet, by_key: Any, journal:
     terminal = F.col("outcome").isin(*sorted(J.TERMINAL))
     per_trigger = journal.groupBy(*KEY, "trigger").agg(
         F.sum(F.when(terminal, 1).otherwise(0)).alias("terms"),
-        F.sum(F.when(F.col("outcome") == J.JOIN_PENDING, 1).otherwise(0)).alias("pend"))
+        F.sum(F.when(F.col("outcome") == J.JOIN_PENDING, 1).otherwise(0)).alias("pend"),
+        F.sum(F.when(F.col("outcome").isin(*JOIN_ENDS), 1).otherwise(0)).alias("ends"))
     at_ingress = (per_trigger.where(F.col("trigger").isNull())
                   .select(*KEY, F.col("terms").alias("ingress")))
     cutoffs = {row["trigger"]: row["first"] for row in
@@ -47,28 +51,16 @@ def check_outcomes(archive: Archive, triggers: TriggerSet, by_key: Any, journal:
                 .join(per_trigger.where(F.col("trigger").isNotNull()),
                       [*KEY, "trigger"], "left")
                 .join(at_ingress, list(KEY), "left")
-                .fillna(0, ["terms", "pend", "ingress"])).persist(keep)
-    # A join still open at the end: its unfinished members' first time + the time-out
-    # has not passed the last record's time (expiry needs deadline < time).
-    timeouts = {t.name: t.join_timeout for t in triggers.triggers if t.needs_activation}
-    open_rows = []
-    if timeouts:
-        waiting = expected.where((F.col("pend") > 0) & (F.col("terms") == 0)
-                                 & F.col("trigger").isin(*timeouts))
-        for row in (waiting.groupBy("trigger", "activation")
-                    .agg(F.min("ts").alias("first")).collect()):
-            timeout = timeouts[row["trigger"]]
-            if timeout is None or final_now is None or row["first"] + timeout >= final_now:
-                open_rows.append((row["trigger"], row["activation"], True))
-    open_frame = by_key.sparkSession.createDataFrame(
-        open_rows or [("", "", True)], "trigger string, activation string, open boolean")
+                .fillna(0, ["terms", "pend", "ends", "ingress"])).persist(keep)
+    open_frame = _open_joins(triggers, expected, final_now)
     cutoff = F.lit(None).cast("long")
     for name, pos in cutoffs.items():
         cutoff = F.when(F.col("trigger") == name, F.lit(pos)).otherwise(cutoff)
     checked = (expected.join(F.broadcast(open_frame), ["trigger", "activation"], "left")
                .withColumn("held", F.coalesce(F.col("pos") >= cutoff, F.lit(False)))
                .withColumn("waiting", F.coalesce("open", F.lit(False))
-                           & (F.col("pend") > 0) & (F.col("terms") == 0))
+                           & (F.col("pend") > 0) & (F.col("terms") == 0)
+                           & (F.col("pos") > F.coalesce("last_end", F.lit(-1))))
                .withColumn("covered", F.col("terms") + F.col("ingress")))
     short = F.col("covered") < F.col("n")
     stats = checked.agg(F.sum(F.when(F.col("held") & short, 1).otherwise(0)),
@@ -93,8 +85,19 @@ def check_outcomes(archive: Archive, triggers: TriggerSet, by_key: Any, journal:
                        F.lit(None).cast("string").alias("where"), F.lit(0).alias("n"),
                        F.lit(0).alias("covered"), F.lit(0).alias("pend"),
                        F.lit("unknown").alias("problem")))
+    # A journal record names its input record by coordinates; it must also carry that
+    # record's identity (an input key shared by redeliveries may hold several).
+    forged = (journal.where(F.col("topic").isNotNull())
+              .join(by_key.where(F.col("topic").isNotNull())
+                    .select(*KEY, "pos", "identities"), list(KEY))
+              .where(~F.coalesce(F.array_contains("identities", F.col("identity")),
+                                 F.lit(False)))
+              .select("*", F.lit(None).cast("string").alias("where"), F.lit(0).alias("n"),
+                      F.lit(0).alias("covered"), F.lit(0).alias("pend"),
+                      F.lit("identity").alias("problem")))
     problems = (for_triggers.select(*columns).unionByName(at_ingress_only.select(*columns))
-                .unionByName(unknown.select(*columns)).where(F.col("problem").isNotNull())
+                .unionByName(unknown.select(*columns)).unionByName(forged.select(*columns))
+                .where(F.col("problem").isNotNull())
                 .persist(keep))
     try:
         result.violation_count += problems.count()
@@ -108,6 +111,11 @@ def check_outcomes(archive: Archive, triggers: TriggerSet, by_key: Any, journal:
 
 def _problem(archive: Archive, row: Any) -> str:
     problem = row["problem"]
+    if problem == "identity":
+        return (f"journal record {row['outcome']} for trigger {row['trigger']!r} carries "
+                f"identity {row['identity']!r}, which is not the identity of the record it "
+                f"names: {_file_of(archive, row['pos'])}: {row['topic']}/{row['partition']}"
+                f"@{row['offset']} ts {row['ts']}")
     if problem == "unknown":
         return (f"journal record {row['outcome']} for trigger {row['trigger']!r}, identity "
                 f"{row['identity']!r} names {row['topic']}/{row['partition']}"
@@ -125,9 +133,50 @@ def _problem(archive: Archive, row: Any) -> str:
     return f"{where} has {row['covered']} terminal outcomes at ingress (expected {row['n']})"
 
 
+def _open_joins(triggers: TriggerSet, expected: Any, final_now: float | None) -> Any:
+    """(trigger, activation, open, last_end) of every join still open at the end.
+
+    A join is open when its waiting members (join-pending, no terminal outcome) came after
+    the activation's last member whose join ended (a run or an expiry ends it for every
+    member at once), are of distinct types and fewer than the condition's, and the first
+    of them + the time-out has not passed the last record's time (expiry needs deadline
+    < time).  A member whose terminal record is gone while another member's remains
+    therefore waits in no open join.
+    """
+    from pyspark.sql import functions as F
+
+    spark = expected.sparkSession
+    joins = {t.name: (t.join_timeout, t.join_arity) for t in triggers.triggers
+             if t.needs_activation}
+    rows = []
+    if joins:
+        members = expected.where(F.col("trigger").isin(*joins)
+                                 & F.col("activation").isNotNull())
+        ended = (members.where(F.col("ends") > 0).groupBy("trigger", "activation")
+                 .agg(F.max("pos").alias("last_end")))
+        waiting = (members.where((F.col("pend") > 0) & (F.col("terms") == 0))
+                   .join(ended, ["trigger", "activation"], "left")
+                   .where(F.col("pos") > F.coalesce("last_end", F.lit(-1)))
+                   .groupBy("trigger", "activation")
+                   .agg(F.min("ts").alias("first"), F.count("*").alias("members"),
+                        F.countDistinct("doc_type").alias("types"),
+                        F.first("last_end").alias("last_end")))
+        for row in waiting.collect():
+            timeout, arity = joins[row["trigger"]]
+            if row["members"] != row["types"] or row["members"] >= arity:
+                continue
+            if timeout is None or final_now is None or row["first"] + timeout >= final_now:
+                rows.append((row["trigger"], row["activation"], True, row["last_end"]))
+    return spark.createDataFrame(
+        rows or [("", "", True, None)],
+        "trigger string, activation string, open boolean, last_end long")
+
+
 def check_runs(archive: Archive, triggers: TriggerSet, by_key: Any, journal: Any,
                result: AuditResult, limit: int) -> None:
     """Check 2: no service ran twice for one history key within the history TTL."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     promised = {t.name: t for t in triggers.triggers if t.detect_duplicates and t.use_history}
@@ -138,33 +187,40 @@ def check_runs(archive: Archive, triggers: TriggerSet, by_key: Any, journal: Any
     runs = (journal.where(F.col("outcome").isin(*RAN) & F.col("trigger").isin(*promised)
                           & (F.length("identity") <= MAX_IDENTITY_LENGTH))
             .join(positions, list(KEY), "left")
-            .withColumn("hkey", F.when(F.col("trigger").isin(*joins) if joins else F.lit(False),
-                                       F.concat_ws("\x1f", "activation", "identity"))
-                        .otherwise(F.col("identity"))))
-    repeated = (runs.groupBy("trigger", "hkey").agg(
-        F.count("*").alias("n"),
-        F.collect_list(F.struct("pos", "ts", "topic", "partition", "offset", "identity",
-                                "activation", "outcome")).alias("runs"))
-        .where(F.col("n") > 1))
-    found = 0
-    for row in repeated.toLocalIterator():
-        ttl = promised[row["trigger"]].history_ttl
-        ordered = sorted(row["runs"], key=lambda r: (r["pos"] if r["pos"] is not None
-                                                     else -1, r["ts"]))
-        for earlier, later in zip(ordered, ordered[1:], strict=False):
-            if later["ts"] - earlier["ts"] <= ttl:
-                found += 1
-                if len(result.violations) < limit * 4:
-                    first = {**earlier.asDict(), "where": None}
-                    second = {**later.asDict(), "where": None}
-                    result.violations.append(Violation(
-                        "twice", row["trigger"],
-                        f"trigger {row['trigger']!r} ran its service twice for identity "
-                        f"{later['identity']!r}"
-                        + (f" (activation {later['activation']!r})"
-                           if row["trigger"] in joins else "")
-                        + f" within its history TTL ({ttl:g} s): "
-                        f"{_describe(archive, first)} ({earlier['outcome']}) and "
-                        f"{_describe(archive, second)} ({later['outcome']})",
-                        later["pos"]))
-    result.violation_count += found
+            # The history key: (activation, identity) for join triggers, else identity.
+            .withColumn("hkey", F.struct(
+                F.when(F.col("trigger").isin(*joins) if joins else F.lit(False),
+                       F.col("activation")).alias("activation"), F.col("identity"))))
+    # Each run against the one before it of the same history key, in file order: one
+    # shuffle, and only the violations (at most `limit * 4` of them) reach the driver.
+    ttl = F.lit(None).cast("double")
+    for name, trigger in promised.items():
+        ttl = F.when(F.col("trigger") == name, F.lit(float(trigger.history_ttl))).otherwise(ttl)
+    fields = ("pos", "ts", "topic", "partition", "offset", "identity", "activation", "outcome")
+    order = Window.partitionBy("trigger", "hkey").orderBy(
+        F.coalesce("pos", F.lit(-1)), "ts")
+    pairs = (runs.select("trigger", "hkey", *fields,
+                         F.lag(F.struct(*fields)).over(order).alias("earlier"))
+             .where(F.col("earlier").isNotNull()
+                    & (F.col("ts") - F.col("earlier.ts") <= ttl))
+             .persist(StorageLevel.MEMORY_AND_DISK))
+    try:
+        result.violation_count += pairs.count()
+        shown = max(0, limit * 4 - len(result.violations))
+        rows = (pairs.orderBy(F.coalesce("pos", F.lit(-1)), "ts").limit(shown).collect()
+                if shown else [])
+    finally:
+        pairs.unpersist()
+    for row in rows:
+        earlier = row["earlier"]
+        first = {**earlier.asDict(), "where": None}
+        second = {**{name: row[name] for name in fields}, "where": None}
+        name = row["trigger"]
+        result.violations.append(Violation(
+            "twice", name,
+            f"trigger {name!r} ran its service twice for identity {row['identity']!r}"
+            + (f" (activation {row['activation']!r})" if name in joins else "")
+            + f" within its history TTL ({promised[name].history_ttl:g} s): "
+            f"{_describe(archive, first)} ({earlier['outcome']}) and "
+            f"{_describe(archive, second)} ({row['outcome']})",
+            row["pos"]))

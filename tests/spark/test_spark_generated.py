@@ -1,4 +1,4 @@
-"""A generated archive of 200,000 documents: Spark journal = replay journal; the audit."""
+"""A generated archive of 20,000 documents: Spark journal = replay journal; the audit."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from .support import five, multiset
 
 pytestmark = pytest.mark.spark
 
-DOCUMENTS = 200_000
+DOCUMENTS = 20_000
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +43,9 @@ def spark_output(request: pytest.FixtureRequest, spark: Any, generated: Path,
     Parquet writer, as on a cluster."""
     output = tmp_path_factory.mktemp("spark") / "out"
     scenario = load_scenario(generated)
-    # Small splits: the 21 MB file is read as about ten splits in two tasks, so positions,
+    # Small splits: the 2 MB file is read as about ten splits in two tasks, so positions,
     # blocks and partition time are rebuilt across split boundaries.
-    spark.conf.set("spark.sql.files.maxPartitionBytes", str(2 << 20))
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 18))
     spark.conf.set("spark.onceflow.direct", "true" if request.param == "direct" else "false")
     try:
         replay_to_files(spark, list_archive(spark, str(generated / "input.jsonl")),
@@ -155,3 +155,51 @@ def test_audit_names_a_service_that_ran_twice(
     assert len(twice) == 1 and result.violation_count == 1
     assert f"ran its service twice for identity {again['identity']!r}" in twice[0].message
     assert f"@{again['offset']} ts {float(again['ts'])}" in twice[0].message
+
+
+def test_audit_names_a_journal_record_with_a_forged_identity(
+    auditor: Auditor, spark_output: Path, tmp_path: Path
+) -> None:
+    lines = journal_lines(spark_output)
+    index = next(i for i, line in enumerate(lines)
+                 if b'"trigger":"billing","outcome":"processed"' in line)
+    forged = orjson.loads(lines[index])
+    real = forged["identity"]
+    forged["identity"] = "forged-" + real
+    lines[index] = orjson.dumps(forged)
+    broken = tmp_path / "journal.jsonl"
+    broken.write_bytes(b"\n".join(lines) + b"\n")
+    result = auditor.check(str(broken))
+    assert not result.passed
+    assert result.violation_count == 1, [v.message for v in result.violations]
+    message = result.violations[0].message
+    assert f"carries identity {'forged-' + real!r}" in message
+    assert "not the identity of the record it names" in message
+    assert f"{forged['topic']}/{forged['partition']}@{forged['offset']}" in message
+
+
+def test_audit_names_join_members_whose_processed_record_was_removed(
+    auditor: Auditor, spark_output: Path, tmp_path: Path
+) -> None:
+    # Members that waited (join-pending) and then ran with their join: removing the
+    # `processed` record leaves the `join-pending` line, which must not pass for a
+    # member still waiting in an open join.  The last ones completed near the end of
+    # the input, where the waiting-in-join exemption applies.
+    lines = journal_lines(spark_output)
+    records = [orjson.loads(line) for line in lines]
+    pending = {(r["identity"], r["activation"]) for r in records
+               if r["trigger"] == "fulfil" and r["outcome"] == "join-pending"}
+    ran = [i for i, r in enumerate(records)
+           if r["trigger"] == "fulfil" and r["outcome"] == "processed"
+           and (r["identity"], r["activation"]) in pending]
+    chosen = sorted(ran, key=lambda i: records[i]["ts"])[-10:]
+    removed = {records[i]["identity"] for i in chosen}
+    broken = tmp_path / "journal.jsonl"
+    broken.write_bytes(b"\n".join(line for i, line in enumerate(lines)
+                                  if i not in set(chosen)) + b"\n")
+    result = auditor.check(str(broken))
+    assert not result.passed
+    assert result.violation_count == len(chosen), [v.message for v in result.violations]
+    named = " ".join(v.message for v in result.violations)
+    assert all(f"identity {identity!r}" in named for identity in removed)
+    assert "no terminal outcome for trigger 'fulfil'" in named
