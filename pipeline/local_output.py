@@ -42,6 +42,7 @@ MANIFEST_DDL = ("kind string, name string, trigger string, outcome string, count
 FILE = "file"
 COUNT = "count"
 HELD_COUNT = "held"
+CALL = "call"  # name: a recorded call outcome (call_record.py), trigger and position
 
 # Journal rows buffered before a Parquet row group is written.
 ROW_GROUP_ROWS = 131_072
@@ -71,9 +72,11 @@ class TaskFiles:
         self.counts: Counter[tuple[str | None, str]] = Counter()
         self.first: dict[tuple[str | None, str], int] = {}
         self.held: Counter[str] = Counter()
+        self.calls: list[tuple[str, int, str]] = []
 
     def write(self, parts: ResultParts) -> None:
         """Write what a ResultBuilder collected."""
+        self.calls.extend(parts.calls)
         if parts.journal[0]:
             self._journal(parts.journal)
         if parts.held[0]:
@@ -145,6 +148,8 @@ class TaskFiles:
                  for (trigger, outcome), count in self.counts.items()]
         rows += [(HELD_COUNT, None, trigger, None, count, None)
                  for trigger, count in self.held.items()]
+        rows += [(CALL, text, trigger, None, None, position)
+                 for trigger, position, text in self.calls]
         columns: list[Any] = (list(zip(*rows, strict=True)) if rows
                               else [[] for _ in MANIFEST_SCHEMA])
         return pa.RecordBatch.from_arrays(
@@ -174,6 +179,7 @@ class Manifest:
     counts: dict[tuple[str | None, str], int] = field(default_factory=dict)
     first: dict[tuple[str | None, str], int] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)
+    calls: list[tuple[str, int, str]] = field(default_factory=list)
 
     @classmethod
     def of(cls, table: pa.Table) -> Manifest:
@@ -193,6 +199,8 @@ class Manifest:
                     manifest.first[key] = first
             elif row["kind"] == HELD_COUNT:
                 held[row["trigger"]] += row["count"]
+            elif row["kind"] == CALL:
+                manifest.calls.append((row["trigger"], row["position"], row["name"]))
         manifest.counts, manifest.held = dict(counts), dict(held)
         return manifest
 

@@ -16,6 +16,7 @@ from onceflow.scenario import HistorySeed
 from onceflow.triggers import TriggerSet
 
 from .archive import Archive, read_records
+from .call_record import Record
 from .ingress_stage import IngressStage, Slots
 from .local_output import MANIFEST_DDL
 from .rows import RESULT_DDL, ROUTED_DDL
@@ -33,6 +34,9 @@ class ReplayPlan:
     seeds: list[HistorySeed] = field(default_factory=list)
     cutoffs: dict[str, int] = field(default_factory=dict)
     partitions: int | None = None
+    # Keep every call's outcome (a first pass that may suspend), or answer from them.
+    record_calls: bool = False
+    answers: Record | None = None
 
 
 def default_partitions(spark: Any) -> int:
@@ -93,5 +97,6 @@ def build(spark: Any, archive: Archive, plan: ReplayPlan, results_dir: str | Non
     return (routed.repartition(partitions, "vpart")
             .sortWithinPartitions("kind", "block")
             .mapInArrow(TriggerStage(plan.triggers, plan.base_dir, plan.seeds, plan.cutoffs,
-                                     results_dir),
+                                     results_dir, record_calls=plan.record_calls,
+                                     answers=plan.answers),
                         MANIFEST_DDL if results_dir is not None else RESULT_DDL))

@@ -17,17 +17,20 @@ import os
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from onceflow.journal import SUSPENDED
 
 from .archive import Archive, direct_io
+from .call_record import may_suspend, read_record
 from .local_output import Manifest, commit
 from .plan import STAGE_NAMES, ReplayPlan, build
-from .rows import DOCUMENTS, HELD, JOURNAL
+from .rows import CALLS, DOCUMENTS, HELD, JOURNAL
 from .session import Progress
 
 
@@ -71,19 +74,29 @@ def _suspensions(rows: pa.Table) -> dict[str, int]:
 
 
 def _settled(plan: ReplayPlan, summary: ReplaySummary, found: dict[str, int],
-             attempt: int) -> bool:
+             attempt: int, calls: Callable[[], Iterable[tuple[str, int, str]]]) -> bool:
     """Whether a pass's suspensions are the ones it was planned with; else plan pass 2.
 
     Suspensions cut each trigger's documents at a position, and a pass only knows them
-    once it has run: a first pass that found new ones runs again with them.
+    once it has run: a first pass that found new ones runs again with them, and answers
+    its service and resolver calls from the first pass's outcomes (`calls`, read only
+    then) instead of calling them again.
     """
     if found == plan.cutoffs:
         return True
     if attempt == 2:
         raise PipelineError(f"suspensions moved between passes: {plan.cutoffs} -> {found}")
     plan.cutoffs = found
+    plan.answers = read_record(iter(calls()))
+    plan.record_calls = False
     summary.passes = 2
     return False
+
+
+def _first_pass(plan: ReplayPlan) -> None:
+    # Only a trigger that may suspend can make a second pass: then keep every outcome.
+    plan.record_calls = may_suspend(plan.triggers)
+    plan.answers = None
 
 
 def replay_in_memory(spark: Any, archive: Archive, plan: ReplayPlan,
@@ -91,6 +104,7 @@ def replay_in_memory(spark: Any, archive: Archive, plan: ReplayPlan,
     """Run the replay and collect every result row to the driver (scenarios, tests)."""
     started = time.monotonic()
     summary = ReplaySummary()
+    _first_pass(plan)
     for attempt in (1, 2):
         frame = build(spark, archive, plan)
         if progress is not None:
@@ -99,9 +113,10 @@ def replay_in_memory(spark: Any, archive: Archive, plan: ReplayPlan,
         else:
             table = frame.toArrow()
         found = _suspensions(table)
-        if _settled(plan, summary, found, attempt):
+        if _settled(plan, summary, found, attempt, lambda t=table: _call_rows(t)):
             break
     summary.cutoffs = dict(plan.cutoffs)
+    table = table.filter(pc.not_equal(table.column("dataset"), CALLS))
     datasets = table.column("dataset").to_pylist()
     triggers = table.column("trigger").to_pylist()
     outcomes = table.column("outcome").to_pylist()
@@ -115,6 +130,12 @@ def replay_in_memory(spark: Any, archive: Archive, plan: ReplayPlan,
     summary.counts, summary.held = dict(counts), dict(held)
     summary.seconds = time.monotonic() - started
     return table, summary
+
+
+def _call_rows(table: pa.Table) -> list[tuple[str, int, str]]:
+    calls = table.filter(pc.equal(table.column("dataset"), CALLS))
+    return list(zip(calls.column("trigger").to_pylist(), calls.column("position").to_pylist(),
+                    calls.column("json").to_pylist(), strict=True))
 
 
 def document_lines(table: pa.Table) -> dict[str, list[bytes]]:
@@ -209,6 +230,7 @@ def _replay_direct(spark: Any, archive: Archive, plan: ReplayPlan, folder: str,
                    progress: Progress) -> ReplaySummary:
     summary = ReplaySummary()
     root = os.path.join(folder, "_results")
+    _first_pass(plan)
     for attempt in (1, 2):
         shutil.rmtree(root, ignore_errors=True)
         os.makedirs(root)
@@ -221,7 +243,7 @@ def _replay_direct(spark: Any, archive: Archive, plan: ReplayPlan, folder: str,
             raise
         found = {trigger: first for (trigger, outcome), first in manifest.first.items()
                  if outcome == SUSPENDED and trigger is not None}
-        if _settled(plan, summary, found, attempt):
+        if _settled(plan, summary, found, attempt, lambda m=manifest: m.calls):
             break
     commit(root, folder, manifest)
     summary.counts, summary.held = manifest.counts, manifest.held
@@ -235,6 +257,15 @@ def _replay_with_spark_writer(spark: Any, archive: Archive, plan: ReplayPlan, fi
 
     summary = ReplaySummary()
     results = "_results"
+    _first_pass(plan)
+
+    def calls() -> list[tuple[str, int, str]]:
+        if not files.exists(f"{results}/dataset={CALLS}"):
+            return []
+        rows = (spark.read.parquet(files.uri(f"{results}/dataset={CALLS}"))
+                .select("trigger", "position", "json").collect())
+        return [(row["trigger"], row["position"], row["json"]) for row in rows]
+
     for attempt in (1, 2):
         frame = build(spark, archive, plan)
         with progress.job(f"replay pass {attempt}", STAGE_NAMES):
@@ -247,7 +278,7 @@ def _replay_with_spark_writer(spark: Any, archive: Archive, plan: ReplayPlan, fi
         summary.counts = {(row["trigger"], row["outcome"]): row["n"] for row in counts}
         found = {row["trigger"]: row["first"] for row in counts
                  if row["outcome"] == SUSPENDED}
-        if _settled(plan, summary, found, attempt):
+        if _settled(plan, summary, found, attempt, calls):
             break
     summary.cutoffs = dict(plan.cutoffs)
     with progress.job("journal as JSON lines"):

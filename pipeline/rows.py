@@ -65,6 +65,7 @@ ROUTED_DDL = "kind byte, vpart int, block long, data binary"
 JOURNAL = "journal"
 DOCUMENTS = "documents"
 HELD = "held"  # documents a suspended trigger holds: no journal record, not acknowledged
+CALLS = "calls"  # service and resolver outcomes kept for a second pass (call_record.py)
 RESULT_SCHEMA = pa.schema([
     ("dataset", pa.string()),
     ("trigger", pa.string()),
@@ -134,8 +135,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _json_default(value: Any) -> Any:
-    # A service may return something JSON cannot hold; write its text rather than fail.
+def json_default(value: Any) -> Any:
+    """What JSON cannot hold, as its text: a service may return anything."""
     return str(value)
 
 
@@ -151,13 +152,15 @@ class ResultParts:
     JSON lines by topic.
     """
 
-    __slots__ = ("journal", "held", "documents")
+    __slots__ = ("journal", "held", "documents", "calls")
 
     def __init__(self, journal: list[list[Any]], held: list[list[Any]],
-                 documents: dict[str, list[str]]) -> None:
+                 documents: dict[str, list[str]],
+                 calls: list[tuple[str, int, str]] | None = None) -> None:
         self.journal = journal
         self.held = held
         self.documents = documents
+        self.calls = calls or []
 
     @staticmethod
     def to_batch(columns: list[list[Any]]) -> pa.RecordBatch:
@@ -171,13 +174,14 @@ class ResultParts:
 class ResultBuilder:
     """Collects journal records, outputs and held documents for the task's results."""
 
-    __slots__ = ("_journal", "_held", "_size", "_documents")
+    __slots__ = ("_journal", "_held", "_size", "_documents", "_calls")
 
     def __init__(self) -> None:
         self._journal: list[list[Any]] = [[] for _ in JOURNAL_SCHEMA]
         self._held: list[list[Any]] = [[] for _ in JOURNAL_SCHEMA]
         self._size = 0
         self._documents: dict[str, list[str]] = {}
+        self._calls: list[tuple[str, int, str]] = []
 
     def __len__(self) -> int:
         return self._size
@@ -198,7 +202,7 @@ class ResultBuilder:
         reason.extend([r.reason for r in records])
         attempt.extend([r.attempt for r in records])
         position.extend([r.position for r in records])
-        json.extend([dumps(r.as_dict(), default=_json_default).decode() for r in records])
+        json.extend([dumps(r.as_dict(), default=json_default).decode() for r in records])
         self._size += len(records)
 
     def outputs(self, items: list[Output]) -> None:
@@ -212,7 +216,7 @@ class ResultBuilder:
         documents = self._documents
         for item in items:
             line = dumps({"key": item.key, "headers": item.headers, "value": item.value},
-                         default=_json_default).decode()
+                         default=json_default).decode()
             lines = documents.get(item.topic)
             if lines is None:
                 lines = documents[item.topic] = []
@@ -233,12 +237,19 @@ class ResultBuilder:
                 column.append(value)
         self._size += len(documents)
 
+    def calls(self, rows: Iterator[tuple[str, int, str]]) -> None:
+        """Add recorded call outcomes: (trigger, position, JSON text) rows."""
+        before = len(self._calls)
+        self._calls.extend(rows)
+        self._size += len(self._calls) - before
+
     def take(self) -> ResultParts:
         """Everything collected so far; the builder starts empty again."""
-        parts = ResultParts(self._journal, self._held, self._documents)
+        parts = ResultParts(self._journal, self._held, self._documents, self._calls)
         self._journal = [[] for _ in JOURNAL_SCHEMA]
         self._held = [[] for _ in JOURNAL_SCHEMA]
         self._documents = {}
+        self._calls = []
         self._size = 0
         return parts
 
@@ -254,6 +265,13 @@ class ResultBuilder:
             for index, column in enumerate(columns):
                 column.append(name if index == topic else "\n".join(lines) if index == json
                               else None)
+        trigger = JOURNAL_SCHEMA.get_field_index("trigger")
+        position = JOURNAL_SCHEMA.get_field_index("position")
+        for row in parts.calls:
+            dataset.append(CALLS)
+            for index, column in enumerate(columns):
+                column.append(row[0] if index == trigger else row[1] if index == position
+                              else row[2] if index == json else None)
         arrays = [pa.array(dataset, type=pa.string())] + [
             pa.array(column, type=f.type) for column, f in zip(columns, JOURNAL_SCHEMA,
                                                                strict=True)]

@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from onceflow.engine import Engine
+from onceflow.engine import Engine, load_callees
 from onceflow.envelope import Document
 from onceflow.journal import JournalRecord
 from onceflow.processor import Sink
 from onceflow.scenario import HistorySeed
 from onceflow.triggers import TriggerSet
 
+from .call_record import CallBook, Record
 from .local_output import write_results
 from .rows import SUMMARY, ResultBuilder, final_of, paused_gc
 
@@ -70,12 +71,15 @@ class TriggerStage:
 
     def __init__(self, triggers: TriggerSet, base_dir: str | None,
                  seeds: list[HistorySeed], cutoffs: dict[str, int],
-                 results_dir: str | None = None) -> None:
+                 results_dir: str | None = None, *, record_calls: bool = False,
+                 answers: Record | None = None) -> None:
         self.triggers = triggers
         self.base_dir = base_dir
         self.seeds = seeds
         self.cutoffs = cutoffs
         self.results_dir = results_dir
+        self.record_calls = record_calls
+        self.answers = answers
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Run this task's documents through the engine, in position order."""
@@ -88,19 +92,23 @@ class TriggerStage:
     def _results(self, batches: Iterator[pa.RecordBatch]) -> Iterator[ResultBuilder]:
         """The task's results, whenever enough of them are ready to be taken."""
         triggers = self.triggers
-        engine = Engine(triggers, base_dir=Path(self.base_dir) if self.base_dir else None)
+        base_dir = Path(self.base_dir) if self.base_dir else None
+        book = CallBook(self.record_calls, self.answers)
+        engine = Engine(triggers, callees=book.wrap(load_callees(triggers, base_dir)),
+                        base_dir=base_dir)
         try:
             with paused_gc():
-                yield from self._run(engine, triggers, batches)
+                yield from self._run(engine, book, triggers, batches)
         finally:
             engine.close()
+            book.close()
 
-    def _run(self, engine: Engine, triggers: TriggerSet, batches: Iterator[pa.RecordBatch]
-             ) -> Iterator[ResultBuilder]:
+    def _run(self, engine: Engine, book: CallBook, triggers: TriggerSet,
+             batches: Iterator[pa.RecordBatch]) -> Iterator[ResultBuilder]:
         for seed in self.seeds:
             engine.seed_history(seed.trigger, seed.identity, seed.status, seed.ts,
                                 seed.failed, seed.activation)
-        task = _TriggerTask(engine, [t.name for t in triggers.triggers], self.cutoffs)
+        task = _TriggerTask(engine, book, [t.name for t in triggers.triggers], self.cutoffs)
         loads = marshal.loads
         block: int | None = None
         entries: list[tuple[int, int, float | None, Any]] = []
@@ -127,8 +135,10 @@ class TriggerStage:
 class _TriggerTask:
     """One task's engine, partition time, suspension cut-offs and output."""
 
-    def __init__(self, engine: Engine, names: list[str], cutoffs: dict[str, int]) -> None:
+    def __init__(self, engine: Engine, book: CallBook, names: list[str],
+                 cutoffs: dict[str, int]) -> None:
         self.engine = engine
+        self.book = book
         self.names = names
         self.cutoffs = [cutoffs.get(name, NO_CUTOFF) for name in names]
         self.times = SplitTimes()
@@ -142,6 +152,7 @@ class _TriggerTask:
         times = self.times
         starts, before = times.starts, times.before
         engine, sink, names, cutoffs = self.engine, self.sink, self.names, self.cutoffs
+        book = self.book
         expire_due, run_document = engine.expire_due, engine.run_document
         next_start, earlier = float("-inf"), float("-inf")
         for pos, index, w, fields in entries:
@@ -163,6 +174,7 @@ class _TriggerTask:
             if pos > cutoffs[index]:
                 self.held.append((names[index], document))
                 continue
+            book.position = pos
             run_document(names[index], document, sink)
         self._drain()
 
@@ -174,6 +186,7 @@ class _TriggerTask:
         for name, documents in self.engine.held.items():
             self.held.extend((name, document) for document in documents)
         self.out.held(self.held)
+        self.out.calls(self.book.take())
         if len(self.out):
             yield self.out
 

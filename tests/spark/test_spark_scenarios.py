@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -108,13 +106,67 @@ def test_a_failed_run_leaves_no_results_behind(spark: Any, tmp_path: Path) -> No
     assert not (output / "journal.parquet").exists()
 
 
-def test_cli_replay_spark_prints_the_expected_journal() -> None:
+def test_cli_replay_spark_prints_the_expected_journal(
+    spark: Any, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    from onceflow.app.cli import main
+
+    # In this process: the command uses the test session (a new process starts its own
+    # JVM, as the class-data test does).
     folder = SCENARIOS / "and_join_expire"
-    onceflow = Path(sys.executable).parent / "onceflow"
-    done = subprocess.run([str(onceflow), "replay", "--spark", str(folder)],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    got = Counter(five(json.loads(line)) for line in done.stdout.splitlines() if line)
+    assert main(["replay", "--spark", str(folder)]) == 0
+    stdout = capsysbinary.readouterr().out.decode()
+    got = Counter(five(json.loads(line)) for line in stdout.splitlines() if line)
     expected = Counter(five(json.loads(line)) for line in
                        (folder / "expected.jsonl").read_text().splitlines() if line.strip())
     assert got == expected
+
+
+CALL_LOGGING_SERVICE = '''\
+from pathlib import Path
+
+from onceflow.errors import TransientError
+
+HERE = Path(__file__).parent
+
+
+def run(document):
+    # Every call is logged; the first call for c2 fails (its retries too), later ones
+    # succeed: a service whose answer changes between calls.
+    with open(HERE / "calls.log", "a") as log:
+        log.write(document["uuid"] + "\\n")
+    marker = HERE / "c2-failed"
+    if document["uuid"] == "c2" and not marker.exists():
+        marker.write_text("")
+        raise TransientError("c2 is not available")
+    return {"done": document["uuid"]}
+'''
+
+
+def test_a_suspending_run_calls_each_service_once_as_replay_does(spark: Any,
+                                                                 tmp_path: Path) -> None:
+    # The second pass (it holds what follows the suspension) answers the service from
+    # the first pass's outcomes: the call log is replay's, and a service that would now
+    # answer differently cannot move the suspension.
+    module = f"call_log_{tmp_path.name.replace('-', '_')}"  # workers are reused
+    (tmp_path / f"{module}.py").write_text(CALL_LOGGING_SERVICE)
+    (tmp_path / "triggers.toml").write_text(
+        f'[[trigger]]\nname = "logged"\ntypes = ["a"]\nservice = "{module}:run"\n'
+        'on_retry_failure = "suspend"\n')
+    (tmp_path / "input.jsonl").write_text(
+        '{"ts": 1, "topic": "a", "value": {"uuid": "c1", "type": "a"}}\n'
+        '{"ts": 2, "topic": "a", "value": {"uuid": "c2", "type": "a"}}\n')
+    log, marker = tmp_path / "calls.log", tmp_path / "c2-failed"
+    scenario = load_scenario(tmp_path)
+    journal, _, _ = replay_scenario(scenario)
+    replay_log = log.read_text().split()
+    assert replay_log == ["c1", "c2"]
+    log.unlink()
+    marker.unlink()
+    table, summary = replay_in_memory(spark, list_archive(spark, str(tmp_path)),
+                                      ReplayPlan(scenario.triggers, str(tmp_path),
+                                                 partitions=2))
+    assert summary.passes == 2 and summary.held == {"logged": 1}
+    assert sorted(log.read_text().split()) == replay_log
+    assert multiset(journal_lines(table)) == Counter(five(r.as_dict()) for r in journal)
+    assert [r.outcome for r in journal if r.identity == "c2"] == ["suspended"]
