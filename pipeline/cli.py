@@ -115,14 +115,48 @@ def run_spark_command(args: argparse.Namespace) -> int:
     except OnceflowError:
         raise
     except Exception as exc:  # a Spark job failed: say so in one line, not a JVM trace
-        name = type(exc).__name__
-        text = str(exc).strip().splitlines()
-        print(f"onceflow: the Spark job failed ({name}): {text[0] if text else ''}",
-              file=sys.stderr)
+        print(f"onceflow: the Spark job failed: {describe_failure(exc)}", file=sys.stderr)
         return 1
     finally:
         if started_here:
             stop_session(spark)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """What went wrong, in one line: the innermost Java cause of a JVM error.
+
+    A Py4JJavaError reads "An error occurred while calling o42.getFileSystem"; what the
+    operator needs is its root cause ("UnsupportedFileSystemException: No FileSystem
+    for scheme "s3a"").
+    """
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            while java.getCause() is not None and java.getCause() is not java:
+                java = java.getCause()
+            name = str(java.getClass().getSimpleName())
+            message = str(java.getMessage() or "").strip()
+        except Exception:  # the JVM is gone: fall back to the Python text
+            pass
+        else:
+            text = f"{name}: {message}" if message else name
+            if "No FileSystem for scheme" in message or (
+                    name == "ClassNotFoundException" and "FileSystem" in message):
+                text += (" (the file system's connector is not on Spark's class path: add "
+                         "it, e.g. --packages org.apache.hadoop:hadoop-aws:3.5.0 for s3a; "
+                         "see docs/spark.md)")
+            return _first_line(text)
+    return f"{type(exc).__name__}: {_first_line(str(exc))}"
+
+
+def _first_line(text: str) -> str:
+    # A Python worker's error comes as its traceback: its last line says what failed.
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if any("Traceback (most recent call last)" in line for line in lines):
+        return lines[-1]
+    return lines[0]
 
 
 def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: str,
@@ -133,15 +167,17 @@ def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: s
     archive = list_archive(spark, args.input)
     progress = Progress(spark, interval=10.0) if not args.quiet else None
     if args.spark_command == "replay":
-        from .plan import ReplayPlan
+        from .plan import ReplayPlan, default_partitions
         from .replay import replay_to_files
 
-        plan = ReplayPlan(triggers, base_dir, seeds, partitions=args.partitions)
+        partitions = args.partitions or default_partitions(spark)
+        plan = ReplayPlan(triggers, base_dir, seeds, partitions=partitions)
         summary = replay_to_files(spark, archive, plan, args.output,
                                   progress or Progress(spark, stream=io.StringIO()))
         _print_summary(summary.counts, summary.held)
         print(f"{len(archive.files)} file(s), {summary.passes} pass(es), "
-              f"{summary.seconds:.1f} s; results in {args.output}", file=sys.stderr)
+              f"{summary.seconds:.1f} s on {spark.sparkContext.master}, {partitions} "
+              f"partitions; results in {args.output}", file=sys.stderr)
         return 0
     from .audit import run_audit
     from .report import write_report
@@ -182,12 +218,16 @@ def replay_on_spark(path: str, *, summary: bool = False, outputs: str | None = N
 
     Prints the journal exactly as `onceflow replay` does (or its summary table).
     """
+    from pyspark.sql import SparkSession
+
     from .archive import list_archive
     from .plan import ReplayPlan
     from .replay import document_lines, journal_lines, replay_in_memory
     from .session import build_session, stop_session
 
     scenario = load_scenario(path)
+    # A session someone else started (a notebook, a test run) is used and left running.
+    started_here = SparkSession.getActiveSession() is None
     spark = build_session(master or "local[2]", shuffle_partitions=2, write_class_data=True)
     try:
         plan = ReplayPlan(scenario.triggers, str(scenario.path.resolve()), scenario.history,
@@ -195,7 +235,8 @@ def replay_on_spark(path: str, *, summary: bool = False, outputs: str | None = N
         table, result = replay_in_memory(spark, list_archive(spark, str(scenario.path)),
                                          plan)
     finally:
-        stop_session(spark)
+        if started_here:
+            stop_session(spark)
     if summary:
         _print_summary(result.counts, result.held)
     else:

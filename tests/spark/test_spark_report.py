@@ -142,3 +142,26 @@ def test_cli_spark_replay_then_audit_of_a_broken_journal_exits_nonzero(
     assert "FAILED" in out
     assert (tmp_path / "report.html").exists()
     assert spark.range(1).count() == 1  # the shared session is still running
+
+
+@pytest.mark.parametrize(("url", "cause"), [
+    # Hadoop names the s3a class but does not ship it; gs it does not know at all.
+    ("s3a://no-such-bucket/archive/",
+     "ClassNotFoundException: Class org.apache.hadoop.fs.s3a.S3AFileSystem not found"),
+    ("gs://no-such-bucket/archive/",
+     'UnsupportedFileSystemException: No FileSystem for scheme "gs"'),
+])
+def test_cli_names_the_cause_when_a_file_system_has_no_connector(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str, cause: str
+) -> None:
+    from onceflow.app.cli import main
+
+    folder = SCENARIOS / "service_fatal"
+    code = main(["spark", "replay", "--triggers", str(folder / "triggers.toml"),
+                 "--input", url, "--output", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"the Spark job failed: {cause}" in err, err
+    assert "org.apache.hadoop:hadoop-aws:3.5.0" in err
+    assert "Py4J" not in err and "Traceback" not in err
+    assert spark.range(1).count() == 1

@@ -51,3 +51,21 @@ def test_the_first_run_writes_the_archive_and_the_next_one_uses_it(tmp_path: Pat
         files = os.listdir(tmp_path / "cache" / "onceflow")
         assert len(files) == 1 and files[0].endswith(".jsa"), files
         assert (tmp_path / f"out-{run}" / "journal.jsonl").is_dir()
+
+
+@pytest.mark.parametrize(("master", "address"), [
+    ("local[2]", "127.0.0.1"),
+    ("local-cluster[2,1,1024]", "127.0.0.1"),
+    ("spark://127.0.0.1:7077", "127.0.0.1"),
+    ("spark://localhost:7077,127.0.0.2:7077", "127.0.0.1"),
+    ("yarn", None),
+    ("k8s://https://10.0.0.1:443", None),
+    ("spark://[::1", None),                    # not a URL
+    ("spark://no-such-host.invalid:7077", None),  # cannot be resolved
+])
+def test_the_driver_binds_to_the_address_that_reaches_the_master(
+    master: str, address: str | None
+) -> None:
+    from onceflow.pipeline.session import driver_address
+
+    assert driver_address(master) == address
