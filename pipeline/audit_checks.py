@@ -122,8 +122,8 @@ def _problem(archive: Archive, row: Any) -> str:
                 f"@{row['offset']} ts {row['ts']}, which is not in the archive")
     where = _describe(archive, row)
     if problem == "missing":
-        late = (f" (it waits in a join whose deadline had passed: {row['pend']} "
-                f"join-pending)") if row["pend"] else ""
+        late = (f" ({row['pend']} join-pending, but no open join holds it: its join "
+                f"ended or its deadline passed)") if row["pend"] else ""
         return f"{where} has no terminal outcome for trigger {row['trigger']!r}{late}"
     if problem == "extra":
         return (f"{where} has {row['covered']} terminal outcomes for trigger "

@@ -22,9 +22,6 @@ from .support import five, multiset
 
 pytestmark = pytest.mark.spark
 
-ONCEFLOW = Path(sys.executable).parent / "onceflow"
-
-
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -68,7 +65,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 started.append(subprocess.Popen([str(spark_class()), *args], env=env,
                                                 stdout=log, stderr=subprocess.STDOUT,
                                                 start_new_session=True))
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as r:
@@ -96,19 +93,40 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
                           generate_lines(2000, seed=5))
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(ONCEFLOW), "spark", *args], capture_output=True, text=True,
-                          timeout=300)
+# One driver for both commands (a driver and its executor are two more JVMs to start):
+# the session is built as the CLI builds it, and each command finds it running.
+DRIVER = r"""
+import json
+import sys
+from onceflow.app.cli import main
+from onceflow.pipeline.session import build_session, stop_session
+
+replay, audit, conf = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3:]
+spark = build_session(conf=[tuple(item.split("=", 1)) for item in conf])
+try:
+    assert spark.sparkContext.master.startswith("spark://"), spark.sparkContext.master
+    sys.stdout.write("replay exit %d\n" % main(["spark", "replay", *replay]))
+    sys.stdout.write("audit exit %d\n" % main(["spark", "audit", *audit]))
+finally:
+    stop_session(spark)
+"""
 
 
 def test_replay_and_audit_on_a_standalone_cluster(cluster: str, archive: Path,
                                                   tmp_path: Path) -> None:
     output = tmp_path / "out"
-    conf = ["--conf", f"spark.master={cluster}", "--conf", "spark.executor.memory=512m",
-            "--conf", "spark.cores.max=2"]
-    done = run("replay", "--triggers", str(archive / "triggers.toml"),
-               "--input", str(archive / "input.jsonl"), "--output", str(output), *conf)
-    assert done.returncode == 0, done.stderr[-3000:]
+    conf = [f"spark.master={cluster}", "spark.executor.memory=512m", "spark.cores.max=2"]
+    replay = ["--triggers", str(archive / "triggers.toml"), "--input",
+              str(archive / "input.jsonl"), "--output", str(output)]
+    audit = ["--input", str(archive), "--journal", str(output), "--report",
+             str(tmp_path / "report.html"), "--quiet"]
+    for item in conf:
+        replay += ["--conf", item]
+        audit += ["--conf", item]
+    done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(replay),
+                           json.dumps(audit), *conf],
+                          capture_output=True, text=True, timeout=1800)
+    assert "replay exit 0" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
     # It ran on the cluster, with its settings: 2 tasks per core, not the local ones.
     assert f"on {cluster}, 4 partitions" in done.stderr, done.stderr[-2000:]
     lines = [line for part in sorted((output / "journal.jsonl").glob("part-*"))
@@ -118,8 +136,5 @@ def test_replay_and_audit_on_a_standalone_cluster(cluster: str, archive: Path,
     got = multiset(lines)
     assert got == expected, f"missing: {expected - got}\nunexpected: {got - expected}"
     assert not (output / "_results").exists()
-
-    done = run("audit", "--input", str(archive), "--journal", str(output),
-               "--report", str(tmp_path / "report.html"), "--quiet", *conf)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "audit exit 0" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     assert "audit PASSED: 2000 input records" in done.stdout
