@@ -145,11 +145,11 @@ def test_cli_spark_replay_then_audit_of_a_broken_journal_exits_nonzero(
 
 
 @pytest.mark.parametrize(("url", "cause"), [
-    # Hadoop names the s3a class but does not ship it; gs it does not know at all.
+    # Hadoop names the s3a class but does not ship it; the other scheme it does not know.
     ("s3a://no-such-bucket/archive/",
      "ClassNotFoundException: Class org.apache.hadoop.fs.s3a.S3AFileSystem not found"),
-    ("gs://no-such-bucket/archive/",
-     'UnsupportedFileSystemException: No FileSystem for scheme "gs"'),
+    ("nosuchfs://no-such-bucket/archive/",
+     'UnsupportedFileSystemException: No FileSystem for scheme "nosuchfs"'),
 ])
 def test_cli_names_the_cause_when_a_file_system_has_no_connector(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str, cause: str
