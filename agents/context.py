@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from onceflow.calls import Callee
 from onceflow.tables.outbox import Sender
@@ -13,6 +13,7 @@ from onceflow.tables.partition import RawPartition
 from onceflow.triggers import TriggerSet
 
 from .metrics import Metrics
+from .signing import RouteSigner
 from .topics import AnyTopic, TopicMaker
 from .wire import Names
 
@@ -48,6 +49,9 @@ class WorkerOptions:
     # Seconds the consumer may go without coming round (or without taking waiting records)
     # before /livez reports it stuck (health.py).
     stuck_after: float = 120.0
+    # Keys of route-topic signatures (agents/signing.py): the one records are signed with,
+    # then any other accepted; none: route records are neither signed nor checked.
+    route_keys: tuple[bytes, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,7 @@ class Shared:
         self.callees = callees
         self.options = options
         self.names = Names(options.prefix)
+        self.signer = RouteSigner(options.route_keys)
         self.tables = tables
         self.sender = sender
         # Creates reply-to topics that do not exist (the Faust app sets a Kafka one).

@@ -107,4 +107,5 @@ class ControlMixin:
         for partition in range(self.rt.options.partitions):
             if partition != self.partition:
                 wire.add_control(self.outbox, self.rt.names, partition, wire.SUSPEND,
-                                 trigger=processor.trigger.name, reason=reason, journal=False)
+                                 signer=self.rt.signer, trigger=processor.trigger.name,
+                                 reason=reason, journal=False)

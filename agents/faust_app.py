@@ -153,6 +153,12 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
         tables[name] = StateTable(name, table.changelog_topic.get_topic_name(),
                                   raw_partitions(table))
     runtime = Runtime(triggers, callees, options, tables, sender=_NotStarted())
+    if not runtime.signer.enabled:
+        log.warning("onceflow: ONCEFLOW_ADMIN_TOKEN is not set: records on %s are neither "
+                    "signed nor checked, so anyone who can write to that topic can suspend "
+                    "triggers, remove history entries and route documents past the "
+                    "duplicate-ID cache (see the trust model in docs/operations.md)",
+                    runtime.names.route)
     app.runtime = runtime
     app.health = Health(stuck_after=options.stuck_after)
     uncommitted = UncommittedTimes(app)
@@ -234,14 +240,16 @@ async def tick_idle_partitions(app: OnceflowApp, runtime: Runtime,
             worker = runtime.workers.get(tp.partition)
             if (worker is None or started - worker.last_record_at >= options.idle_after) \
                     and not records_waiting(app, tp.partition):
-                wire.add_control(outbox, names, tp.partition, wire.TICK, ts=now)
+                wire.add_control(outbox, names, tp.partition, wire.TICK,
+                                 signer=runtime.signer, ts=now)
     suspended = {name for worker in list(runtime.workers.values())
                  for name, processor in worker.processors.items() if processor.suspended}
     for name in sorted(suspended):
         check = runtime.triggers.by_name(name).resource_check
         if check and await resource_available(check, runtime):
             for partition in range(options.partitions):
-                wire.add_control(outbox, names, partition, wire.RESUME, trigger=name,
+                wire.add_control(outbox, names, partition, wire.RESUME,
+                                 signer=runtime.signer, trigger=name,
                                  reason="resource check reports available",
                                  journal=partition == 0)
     if outbox.count:

@@ -298,14 +298,15 @@ class PartitionWorker(ControlMixin):
             for target, names in remote.items():
                 key = wire.routing_key(self.processors[names[0]].trigger, document).encode()
                 message = wire.doc_message(names, document)
-                size = limits.record_size(key, message)
+                signature = rt.signer.headers(rt.names.route, target, message)
+                size = limits.record_size(key, message, signature)
                 if size > rt.options.max_record_bytes:
                     for name in names:
                         self._too_large(self.processors[name], document, limits.too_large(
                             f"the document with its routing data to partition {target}",
                             size, rt.options.max_record_bytes))
                     continue
-                self.outbox.add(rt.names.route, target, key, message)
+                self.outbox.add(rt.names.route, target, key, message, signature)
 
     def _too_large(self, processor: TriggerProcessor, doc: Document, why: str,
                    sink: Sink | None = None) -> None:
@@ -390,6 +391,12 @@ class PartitionWorker(ControlMixin):
         self.outputs.append(letter)
 
     async def _route_message(self, delivery: wire.Delivery) -> None:
+        forged = self.rt.signer.check(delivery.topic, delivery.partition, delivery.value,
+                                      delivery.headers)
+        if forged is not None:
+            self.bad_route_record(delivery, f"record {self.where(delivery)} of the repartition "
+                                  f"topic{_claims(delivery.value)} was not applied: {forged}")
+            return
         try:
             kind, message, doc = wire.read_message(delivery.value)
         except wire.BadMessage as exc:
@@ -698,3 +705,18 @@ class PartitionWorker(ControlMixin):
             del store[key]
             return True
         return False
+
+
+def _claims(value: bytes | None) -> str:
+    """What an unverified route record says it is (" (a suspend message for 'x')"), if any."""
+    try:
+        message = orjson.loads(value) if value else None
+    except orjson.JSONDecodeError:
+        return ""
+    if not isinstance(message, dict) or not isinstance(message.get("k"), str):
+        return ""
+    kind = limits.clip(message["k"], 80)
+    names = message.get("t") if kind == wire.DOC else [message.get("trigger")]
+    if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+        return f" (a {kind!r} message for {limits.clip(', '.join(map(repr, names)), 200)})"
+    return f" (a {kind!r} message)"

@@ -25,6 +25,8 @@ from onceflow.processor import Output
 from onceflow.tables.outbox import Outbox, partition_for
 from onceflow.triggers import TriggerDef
 
+from .signing import RouteSigner
+
 ROUTE_TOPIC = "onceflow.route"
 JOURNAL_TOPIC = "onceflow.journal"
 ACKS_TOPIC = "onceflow.acks"
@@ -258,10 +260,17 @@ def control_message(kind: str, **fields: Any) -> bytes:
     return orjson.dumps({"k": kind, **fields})
 
 
-def add_control(outbox: Outbox, names: Names, partition: int, kind: str,
-                **fields: Any) -> None:
-    """Queue a control message for one partition of the route topic."""
-    outbox.add(names.route, partition, kind.encode(), control_message(kind, **fields))
+def add_control(outbox: Outbox, names: Names, partition: int, kind: str, *,
+                signer: RouteSigner, **fields: Any) -> None:
+    """Queue a control message for one partition of the route topic, signed."""
+    add_route(outbox, names, signer, partition, kind.encode(), control_message(kind, **fields))
+
+
+def add_route(outbox: Outbox, names: Names, signer: RouteSigner, partition: int,
+              key: bytes | None, value: bytes) -> None:
+    """Queue a signed record (routed document or control) for a partition of the route topic."""
+    topic = names.route
+    outbox.add(topic, partition, key, value, signer.headers(topic, partition, value))
 
 
 def add_journal(outbox: Outbox, names: Names, records: list[JournalRecord],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -25,6 +26,7 @@ from typing import Any
 
 import orjson
 from onceflow.agents import wire
+from onceflow.agents.signing import RouteSigner
 from onceflow.errors import OnceflowError
 from onceflow.journal import JOIN_PENDING, SUSPENDED, TERMINAL
 from onceflow.scenario import Scenario, load_scenario
@@ -85,11 +87,15 @@ class LiveRun:
         self.partitions = partitions or max(2, 1 + max((r.partition for r in records),
                                                         default=0))
         self.record_timeout = record_timeout
-        self.worker = WorkerProcess(
-            scenario.path / "triggers.toml",
-            live_env(bootstrap, self.prefix, self.partitions, workdir / "data", self.topics,
-                     embedded=embedded),
-            workdir / "worker.log")
+        env = live_env(bootstrap, self.prefix, self.partitions, workdir / "data", self.topics,
+                       embedded=embedded)
+        # The run's own admin token: its seeds, ticks and barriers are signed as a
+        # deployment's are, and the worker checks them.
+        token = secrets.token_urlsafe(24)
+        env["ONCEFLOW_ADMIN_TOKEN"] = token
+        self.signer = RouteSigner.from_tokens(token)
+        self.worker = WorkerProcess(scenario.path / "triggers.toml", env,
+                                    workdir / "worker.log")
         self.mapper = JournalMapper()
         self.suspended: set[str] = set()
         self._answers: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
@@ -139,14 +145,20 @@ class LiveRun:
             return
         for seed in self.scenario.history:
             for partition in seed_partitions(self.scenario.triggers, seed, self.partitions):
-                await producer.send(self.names.route, wire.control_message(
-                    wire.SEED, **seed_message(seed, BASE_TIME)), key=b"seed", partition=partition)
+                await self._route(producer, partition, b"seed", wire.control_message(
+                    wire.SEED, **seed_message(seed, BASE_TIME)))
         await self._barrier(producer, acks)
 
     async def _tick(self, producer: Any, ts_ms: int) -> None:
         for partition in range(self.partitions):
-            await producer.send(self.names.route, wire.control_message(
-                wire.TICK, ts=ts_ms / 1000), key=b"tick", partition=partition)
+            await self._route(producer, partition, b"tick",
+                              wire.control_message(wire.TICK, ts=ts_ms / 1000))
+
+    async def _route(self, producer: Any, partition: int, key: bytes, value: bytes) -> None:
+        """Send a signed control message to one partition of the route topic."""
+        topic = self.names.route
+        await producer.send(topic, value, key=key, partition=partition,
+                            headers=self.signer.headers(topic, partition, value))
 
     async def _send(self, producer: Any, item: FeedRecord, ts_ms: int) -> int:
         record = item.record
@@ -195,8 +207,8 @@ class LiveRun:
         """Wait until every partition has made everything before this point durable."""
         barrier = uuid.uuid4().hex
         for partition in range(self.partitions):
-            await producer.send(self.names.route, wire.control_message(
-                wire.BARRIER, id=barrier), key=b"barrier", partition=partition)
+            await self._route(producer, partition, b"barrier",
+                              wire.control_message(wire.BARRIER, id=barrier))
         await producer.flush()
         deadline = time.monotonic() + self.record_timeout
         while True:

@@ -38,6 +38,7 @@ from .settings import WorkerSettings
 LATEST_MS = 253402300800000  # 10000-01-01T00:00:00Z in milliseconds
 MAX_TOLD = 100  # bad lines told one by one; past that, how many more
 Outgoing = tuple[int, str, int, bytes | None, bytes, list[tuple[str, bytes]], int]
+Headers = list[tuple[str, bytes]]
 
 
 def send_file(path: str, settings: WorkerSettings, base_time: float | None) -> int:
@@ -324,7 +325,8 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
                     continue
                 chosen[(topic, partition, offset)] = None
         shadow = Ingress(triggers, {}, MemoryState().id_store)
-        planned: list[tuple[str, int, bytes, bytes, bytes]] = []
+        signer = settings.route_signer()
+        planned: list[tuple[str, int, bytes, list[tuple[bytes, Headers]]]] = []
         too_large: list[str] = []
         for topic, partition, offset in chosen:
             original = await _original(settings.cluster, names.topic(topic),
@@ -347,28 +349,35 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
             forget = wire.control_message(wire.FORGET, trigger=trigger.name, key=entry,
                                           only=kind)
             routed = wire.doc_message([trigger.name], doc)
-            size = max(record_size(key.encode(), forget), record_size(key.encode(), routed))
+            target = wire.route_partition(key, settings.partitions)
+            values = [(value, signer.headers(names.route, target, value))
+                      for value in (forget, routed)]
+            size = max(record_size(key.encode(), value, headers) for value, headers in values)
             where = f"{doc.identity} ({topic}/{partition}@{offset})"
             if size > limit:
                 too_large.append(f"document {where}: with its routing data it is "
                                  f"about {size} bytes, more than ONCEFLOW_MAX_RECORD_BYTES "
                                  f"({limit})")
                 continue
-            planned.append((where, wire.route_partition(key, settings.partitions),
-                            key.encode(), forget, routed))
+            planned.append((where, target, key.encode(), values))
         if too_large:
             raise OnceflowError(
                 f"resubmit of {trigger.name!r}: the broker would refuse "
                 + "; ".join(too_large) + ". Nothing was resubmitted; resubmit the others "
                 "with --identity")
-        for where, _, _, _, _ in planned:
+        for where, _, _, _ in planned:
             print(f"onceflow: resubmit {trigger.name} {where}")
         if dry_run or not planned:
             return len(planned)
+        if not signer.enabled:
+            print("onceflow: ONCEFLOW_ADMIN_TOKEN is not set, so these records are not "
+                  "signed: workers that have an admin token refuse them (bad-input on "
+                  "onceflow.route)", file=sys.stderr)
         async with Producer(settings.cluster) as producer:
-            for _, target, key, forget, routed in planned:
-                await producer.send(names.route, forget, key=key, partition=target)
-                await producer.send(names.route, routed, key=key, partition=target)
+            for _, target, key, values in planned:
+                for value, headers in values:
+                    await producer.send(names.route, value, key=key, partition=target,
+                                        headers=headers)
             await producer.flush()
         return len(planned)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from onceflow.agents.context import WorkerOptions
+from onceflow.agents.signing import RouteSigner, route_key
 from onceflow.errors import ConfigError
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -53,7 +54,10 @@ class WorkerSettings(BaseSettings):
         "this worker at (a wildcard bind: this host name's address)")
     web_port: int = Field(6066, ge=1, le=65535, description="port of the web views")
     partitions: int = Field(4, ge=1, description="partitions of every onceflow topic")
-    admin_token: SecretStr | None = Field(None, description="token for POST views")
+    admin_token: SecretStr | None = Field(
+        None, description="token for POST views; signs the records of onceflow.route")
+    second_admin_token: SecretStr | None = Field(
+        None, description="also accepted, never used to sign (rotating the token)")
     topic_prefix: str = Field("", description="prefix of every topic name (isolation)")
     batch_size: int = Field(5000, ge=1, description="most records taken in one batch")
     service_concurrency: int = Field(64, ge=1, description="services running at once")
@@ -211,7 +215,14 @@ class WorkerSettings(BaseSettings):
             max_record_bytes=self.max_record_bytes, extra_topics=self.extra_topics,
             replication_factor=self.replication_factor, topic_config=self.topic_config,
             create_topics=self.create_topics, max_clock_skew=self.max_clock_skew,
-            stuck_after=self.stuck_after)
+            stuck_after=self.stuck_after,
+            route_keys=tuple(key for key in (route_key(_secret(self.admin_token)),
+                                             route_key(_secret(self.second_admin_token)))
+                             if key is not None))
+
+    def route_signer(self) -> RouteSigner:
+        """What signs the records a command writes to onceflow.route (as the workers do)."""
+        return RouteSigner.from_tokens(_secret(self.admin_token))
 
     def faust_settings(self) -> dict[str, Any]:
         """Settings of the Faust app (see docs/operations.md for why each is set)."""
@@ -267,3 +278,7 @@ def _shown(default: Any) -> str:
         return ",".join(item if isinstance(item, str) else "=".join(item)
                         for item in default) or "empty"
     return str(default) or "empty"
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None

@@ -97,22 +97,24 @@ async def forward(app: OnceflowApp, view: View, request: Request, partition: int
 
 
 def authorized(settings: WorkerSettings, request: Request) -> bool:
-    """Whether the request carries the admin token.
+    """Whether the request carries the admin token (or ONCEFLOW_SECOND_ADMIN_TOKEN).
 
     Header values are compared as the bytes that came over the wire (the server decodes
     them with surrogateescape): a token that is not UTF-8 is simply a wrong token.
     """
-    if settings.admin_token is None:
-        return False
     given = request.headers.get("X-Onceflow-Token") or ""
     bearer = request.headers.get("Authorization") or ""
     if bearer.startswith("Bearer "):
         given = given or bearer[len("Bearer "):]
-    expected = settings.admin_token.get_secret_value()
+    if not given:
+        return False
+    accepted = [token.get_secret_value() for token in (settings.admin_token,
+                                                       settings.second_admin_token)
+                if token is not None and token.get_secret_value()]
     try:
-        return bool(given) and bool(expected) and hmac.compare_digest(
-            given.encode("utf-8", "surrogateescape"),
-            expected.encode("utf-8", "surrogateescape"))
+        data = given.encode("utf-8", "surrogateescape")
+        return any(hmac.compare_digest(data, token.encode("utf-8", "surrogateescape"))
+                   for token in accepted)
     except UnicodeError:  # a lone surrogate that did not come from undecodable bytes
         return False
 
@@ -237,7 +239,8 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             outbox = Outbox()
             reason = "suspended by command" if action == wire.SUSPEND else "resumed by command"
             for partition in range(partitions):
-                wire.add_control(outbox, runtime.names, partition, action, trigger=name,
+                wire.add_control(outbox, runtime.names, partition, action,
+                                 signer=runtime.signer, trigger=name,
                                  reason=reason, journal=partition == 0)
             await runtime.sender.send(outbox)
             return self.json({"trigger": name, "action": action, "partitions": partitions},

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from onceflow.agents import wire
+from onceflow.agents.signing import RouteSigner
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer, read_topic
 from onceflow.app.process import WorkerProcess, http_json
@@ -158,10 +159,14 @@ def test_resubmit_decides_in_doubt_and_error_documents_again(
     names = wire.Names(prefix)
 
     async def seed_processing_entry() -> None:
+        # Signed as the admin would (the workers refuse route records that are not).
+        partition = wire.route_partition("o-1", 4)
+        seed = wire.control_message(wire.SEED, trigger="orders", identity="o-1",
+                                    status="processing", ts=time.time() - 5)
         async with Producer(broker.bootstrap) as producer:
-            await producer.send_and_wait(names.route, wire.control_message(
-                wire.SEED, trigger="orders", identity="o-1", status="processing",
-                ts=time.time() - 5), partition=wire.route_partition("o-1", 4))
+            await producer.send_and_wait(
+                names.route, seed, partition=partition,
+                headers=RouteSigner.from_tokens(TOKEN).headers(names.route, partition, seed))
 
     asyncio.run(seed_processing_entry())
     records = [{"ts": 0, "topic": "order", "key": "o-1", "value": {"uuid": "o-1"}},
@@ -172,14 +177,15 @@ def test_resubmit_decides_in_doubt_and_error_documents_again(
     wait_for(broker, prefix, lambda ls: outcomes(ls, "o-1") == ["in-doubt"]
              and outcomes(ls, "o-2") == ["error"])
 
-    done = onceflow("resubmit", "orders", "--triggers", str(triggers), env=env)
+    admin = {**env, "ONCEFLOW_ADMIN_TOKEN": TOKEN}  # resubmit signs what it routes
+    done = onceflow("resubmit", "orders", "--triggers", str(triggers), env=admin)
     assert done.returncode == 0, done.stderr
     assert "1 in-doubt document(s)" in done.stdout
     lines = wait_for(broker, prefix, lambda ls: len(outcomes(ls, "o-1")) == 2)
     assert outcomes(lines, "o-1") == ["in-doubt", "processed"]
 
     done = onceflow("resubmit", "orders", "--triggers", str(triggers), "--outcome", "error",
-                    "--identity", "o-2", env=env)
+                    "--identity", "o-2", env=admin)
     assert done.returncode == 0, done.stderr
     lines = wait_for(broker, prefix, lambda ls: len(outcomes(ls, "o-2")) == 2)
     # Run again (its failed entry removed), not rejected as a copy of a failed document.
