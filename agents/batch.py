@@ -43,15 +43,16 @@ class Take:
     rolled_back: bool = False
 
 
-def doc_keys(processor: TriggerProcessor, doc: Document) -> list[tuple[str, str]]:
+def doc_keys(processor: TriggerProcessor, doc: Document) -> list[tuple[str, str, str]]:
     """The state a document's decision reads: its history key and its join."""
     name = processor.trigger.name
     if processor.joins is None or doc.activation is None:
-        return [(name, doc.identity)]
-    return [(name, history_key(doc.identity, doc.activation)), (name, "\x00" + doc.activation)]
+        return [(name, "history", doc.identity)]
+    return [(name, "history", history_key(doc.identity, doc.activation)),
+            (name, "join", doc.activation)]
 
 
-def run_keys(processor: TriggerProcessor, run: Run) -> list[tuple[str, str]]:
+def run_keys(processor: TriggerProcessor, run: Run) -> list[tuple[str, str, str]]:
     """The state a run holds until it completes."""
     keys = []
     for member in run.members:
@@ -69,7 +70,7 @@ class SubBatch:
     """The takes of one sub-batch, in order, and the keys its runs hold."""
 
     takes: list[Take] = field(default_factory=list)
-    busy: set[tuple[str, str]] = field(default_factory=set)
+    busy: set[tuple[str, str, str]] = field(default_factory=set)
     runs: int = 0
     suspending_runs: int = 0
 
@@ -79,7 +80,7 @@ class SubBatch:
         if not busy:
             return False
         if processor.joins is None or doc.activation is None:
-            return (processor.trigger.name, doc.identity) in busy
+            return (processor.trigger.name, "history", doc.identity) in busy
         return any(key in busy for key in doc_keys(processor, doc))
 
     def add(self, take: Take) -> None:

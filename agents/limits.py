@@ -14,9 +14,10 @@ that is not UTF-8 has three bytes for each bad one), so the worker measures what
 - documents that cannot be routed, held or joined within the limit are bad input for their
   trigger (see agents/partition.py);
 - what ingress itself stores under a record's own strings (the duplicate-ID cache: the
-  `dup-id` and the message id; history keys and joins: the activation) is bounded before
-  anything is stored: a record whose `dup-id`, activation, or (with a `dup-id`) message id
-  is longer than MAX_KEY_LENGTH characters is bad input at ingress (`key_too_long`).
+  `dup-id` and the message id; history keys and joins: the activation) is bounded by the
+  core, in every runner: a record whose `dup-id`, activation, or (with a `dup-id`) message
+  id is longer than MAX_KEY_LENGTH characters is bad input at ingress
+  (onceflow.ingress.keys_too_long).
 
 Sizes are those of a record batch holding the one record: Kafka checks batches, and the
 worker's producer never puts a record that does not fit beside others.
@@ -27,24 +28,19 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from onceflow.envelope import H_DUP_ID, H_MESSAGE_ID, Document
+from onceflow.envelope import Document
+from onceflow.ingress import MAX_KEY_LENGTH, activation_too_long
 from onceflow.journal import JournalRecord
 from onceflow.processor import Output
 from onceflow.tables.outbox import HEADER_OVERHEAD, RECORD_OVERHEAD, record_size
 
 __all__ = ["MAX_KEY_LENGTH", "SETTING", "activation_too_long", "clip", "fit", "fit_journal",
-           "key_too_long", "record_size", "reference", "too_large"]
+           "record_size", "reference", "too_large"]
 
 SETTING = "ONCEFLOW_MAX_RECORD_BYTES"
-CLIP = 1000  # characters kept of a field clipped to make a record fit
-# The longest dup-id, activation and (of a record with a dup-id) message id ingress takes,
-# in characters.  They become state keys and values (the duplicate-ID cache, history keys
-# `activation + identity` of join triggers, open joins and only-one windows); bounded so,
-# every such state record fits the smallest ONCEFLOW_MAX_RECORD_BYTES (16384) whatever the
-# characters (4 bytes each in UTF-8, 6 JSON-escaped).  The identity needs no bound of its
-# own: one longer than MAX_IDENTITY_LENGTH (96) is never a history key (the core decides it
-# without history).  Equal to CLIP: these fields are never clipped in journal records.
-MAX_KEY_LENGTH = 1000
+# Characters kept of a field clipped to make a record fit; equal to MAX_KEY_LENGTH, so
+# that the dup-id, message id and activation are never clipped in journal records.
+CLIP = MAX_KEY_LENGTH
 
 
 def output_size(output: Output, value: bytes, limit: int | None = None) -> int:
@@ -74,36 +70,6 @@ def reference(doc: Document) -> dict[str, Any]:
     """Where a document's record is, in place of its content."""
     return {"topic": doc.topic, "partition": doc.partition, "offset": doc.offset,
             "identity": clip(doc.identity), "type": clip(doc.type)}
-
-
-def activation_too_long(activation: str | None) -> str | None:
-    """Why an activation cannot be a state key, or None."""
-    if activation is not None and len(activation) > MAX_KEY_LENGTH:
-        return (f"the activation is longer than {MAX_KEY_LENGTH} characters "
-                f"({len(activation)}): it cannot key history entries or joins")
-    return None
-
-
-def key_too_long(headers: dict[str, str], value: Any) -> str | None:
-    """Why ingress cannot store a record's keys (dup-id, message id, activation), or None.
-
-    `headers` as the core reads them, `value` the decoded envelope (anything).
-    """
-    dup_id = headers.get(H_DUP_ID)
-    if dup_id is not None:
-        if len(dup_id) > MAX_KEY_LENGTH:
-            return (f"the dup-id is longer than {MAX_KEY_LENGTH} characters ({len(dup_id)}): "
-                    f"the duplicate-ID cache cannot hold it")
-        message_id = headers.get(H_MESSAGE_ID)
-        if message_id is not None and len(message_id) > MAX_KEY_LENGTH:
-            return (f"the message-id of a record with a dup-id is longer than "
-                    f"{MAX_KEY_LENGTH} characters ({len(message_id)}): the duplicate-ID "
-                    f"cache cannot hold it")
-    if type(value) is dict:
-        activation = value.get("activation")
-        if type(activation) is str:
-            return activation_too_long(activation)
-    return None
 
 
 def too_large(what: str, size: int, limit: int) -> str:

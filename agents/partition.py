@@ -17,8 +17,8 @@ partition p of the input topics, of the repartition topic and of every table.  A
 The input offsets are acknowledged by the caller only after `process` returns.
 
 No record stops a partition: an input record that is not a document, or whose dup-id,
-message id or activation is too long to be stored, is bad input at ingress (before any
-state is written); a repartition-topic record that cannot be applied (not a message, or a
+message id or activation is too long to be stored, is bad input at ingress (before any of
+its strings is stored); a repartition-topic record that cannot be applied (not a message, or a
 control for a trigger this worker does not have) is bad input too.  Each gets a journal
 record and a dead-letter copy, and its offset is committed like any other.  What still
 stops the worker is the broker refusing what it must write (see docs/operations.md).
@@ -36,10 +36,11 @@ from aiokafka.errors import KafkaError
 from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC, build_processors, dead_letter
 from onceflow.envelope import Document, NotJson, Record, decode_value, envelope_fields
-from onceflow.history import COMPLETED, FAILED, PROCESSING, history_key
+from onceflow.history import COMPLETED, FAILED, PROCESSING, entry_key
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
-from onceflow.processor import HELD, Output, Run, Sink, TriggerProcessor
+from onceflow.keys import key_prefix, split_state_key, state_key
+from onceflow.processor import HELD, WAITING_AGAIN, Output, Run, Sink, TriggerProcessor
 from onceflow.tables.outbox import Outbox
 from onceflow.tables.state import (
     PartitionStore,
@@ -84,9 +85,10 @@ def _printable(text: str) -> str:
     """Text that any JSON writer takes (an exception may quote undecodable bytes)."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
-SEP = "\x1f"
-_SUSPENDED = "suspended" + SEP
-_HELD = "held" + SEP
+
+_SUSPENDED = "suspended"
+_HELD = "held"
+_HELD_PREFIX = key_prefix(_HELD)
 _TIME = "time"
 
 
@@ -101,13 +103,14 @@ class PartitionWorker(ControlMixin):
                         for n in ("ingress", "history", "joins", "control")]
         ingress_buffer, history_buffer, joins_buffer, control_buffer = self.buffers
         self.before_runs = [ingress_buffer, history_buffer, control_buffer]
-        ids = PartitionStore(ingress_buffer, "ids" + SEP)
+        ids = PartitionStore(ingress_buffer, key_prefix("ids"))
         volatile_ids: dict[str, Any] = {}
-        self.ingress = Ingress(runtime.triggers, PartitionStore(ingress_buffer, "progress" + SEP),
+        progress = PartitionStore(ingress_buffer, key_prefix("progress"))
+        self.ingress = Ingress(runtime.triggers, progress,
                                lambda _topic, persist: ids if persist else volatile_ids)
-        self.history = {t.name: PartitionStore(history_buffer, t.name + SEP)
+        self.history = {t.name: PartitionStore(history_buffer, key_prefix(t.name))
                         for t in runtime.triggers.triggers}
-        self.joins = {t.name: PartitionStore(joins_buffer, t.name + SEP)
+        self.joins = {t.name: PartitionStore(joins_buffer, key_prefix(t.name))
                       for t in runtime.triggers.triggers}
         self.control = PartitionStore(control_buffer, "")
         self.processors = build_processors(runtime.triggers, runtime.callees,
@@ -126,12 +129,12 @@ class PartitionWorker(ControlMixin):
                 self.now = wall
         self.held: dict[str, list[str]] = {name: [] for name in self.processors}
         for key in self.control.keys():
-            if key.startswith(_HELD):
-                _, name, _ = key.split(SEP, 2)
+            if key.startswith(_HELD_PREFIX):
+                _, name, _ = split_state_key(key)
                 if name in self.held:
                     self.held[name].append(key)
         for name, processor in self.processors.items():
-            entry = self.control.get(_SUSPENDED + name)
+            entry = self.control.get(state_key(_SUSPENDED, name))
             if entry is not None:
                 processor.suspended = True
                 processor.suspended_reason = entry["reason"]
@@ -269,11 +272,6 @@ class PartitionWorker(ControlMixin):
             self._oversized(record, value, len(value))
             return
         record.value = decode_value(value)
-        if record.headers or type(record.value) is dict:
-            too_long = limits.key_too_long(record.headers, record.value)
-            if too_long is not None:
-                self._keys_too_long(record, value, too_long)
-                return
         document, targets, rejected = self.ingress.admit_into(record, delivery.offset,
                                                               self.journal)
         if document is None:
@@ -373,21 +371,6 @@ class PartitionWorker(ControlMixin):
             limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes)
         elif limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
             letter.value["size"] = size
-        self.outputs.append(letter)
-
-    def _keys_too_long(self, record: Record, value: bytes | None, why: str) -> None:
-        """Bad input at ingress, before any state is written: a key too long to store.
-
-        A dup-id, message id or activation longer than limits.MAX_KEY_LENGTH.
-        """
-        uuid, activation = envelope_fields(record.value)
-        reason = f"{why}; the record stays on its topic"
-        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
-                                          activation, record.ts, record.topic,
-                                          record.partition, record.offset, reason))
-        letter = self._letter(record, reason)
-        if limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes):
-            letter.value["size"] = len(value or b"")
         self.outputs.append(letter)
 
     async def _route_message(self, delivery: wire.Delivery) -> None:
@@ -505,7 +488,8 @@ class PartitionWorker(ControlMixin):
             if undo is not None:
                 self._set_undo(processor, None)
         if result is None and processor.trigger.kind == ALL and sink.journal and \
-                sink.journal[-1].outcome == J.JOIN_PENDING:
+                sink.journal[-1].outcome == J.JOIN_PENDING and \
+                sink.journal[-1].reason != WAITING_AGAIN:
             self._check_join(processor, doc, sink)
         take = Take(processor, doc, sink, result if isinstance(result, Run) else None, undo)
         batch.add(take)
@@ -520,7 +504,7 @@ class PartitionWorker(ControlMixin):
         name = processor.trigger.name
         state = self.joins[name].get(activation)
         limit = self.rt.options.max_record_bytes
-        size = limits.record_size((name + SEP + activation).encode(), orjson.dumps(state))
+        size = limits.record_size((key_prefix(name) + activation).encode(), orjson.dumps(state))
         if size <= limit:
             return
         members = {t: m for t, m in state["members"].items() if t != doc.type}
@@ -630,12 +614,12 @@ class PartitionWorker(ControlMixin):
         """Keep documents of a suspended trigger until it resumes (in the changelog)."""
         name = processor.trigger.name
         keys = self.held[name]
-        last = int(keys[-1].rsplit(SEP, 1)[1]) if keys else 0
+        last = int(split_state_key(keys[-1])[-1]) if keys else 0
         limit = self.rt.options.max_record_bytes
         sink = Sink(self.journal, self.outputs)
         for doc in docs:
             last += 1
-            key = f"{_HELD}{name}{SEP}{last:012d}"
+            key = state_key(_HELD, name, f"{last:012d}")
             data = doc.to_json()
             size = limits.record_size(key.encode(), orjson.dumps(data))
             if size > limit:
@@ -649,7 +633,7 @@ class PartitionWorker(ControlMixin):
         """Record a suspension (so that it survives a restart)."""
         processor.suspended = True
         processor.suspended_reason = reason
-        self.control[_SUSPENDED + processor.trigger.name] = {"reason": reason}
+        self.control[state_key(_SUSPENDED, processor.trigger.name)] = {"reason": reason}
 
     async def resume(self, processor: TriggerProcessor, reason: str,
                      journal: bool) -> None:
@@ -660,8 +644,9 @@ class PartitionWorker(ControlMixin):
         record = processor.resume(self.now, reason)
         if journal:
             self.journal.append(record)
-        if _SUSPENDED + name in self.control:
-            del self.control[_SUSPENDED + name]
+        suspended = state_key(_SUSPENDED, name)
+        if suspended in self.control:
+            del self.control[suspended]
         keys, self.held[name] = self.held[name], []
         docs = []
         for key in keys:
@@ -677,11 +662,8 @@ class PartitionWorker(ControlMixin):
         processor = self.processors.get(message["trigger"])
         if processor is None or processor.history is None:
             return
-        activation = message.get("activation")
-        if activation is None or not processor.trigger.routes_by_activation:
-            key = message["identity"]
-        else:
-            key = history_key(message["identity"], activation)
+        key = entry_key(processor.trigger.routes_by_activation, message["identity"],
+                        message.get("activation"))
         processor.history.seed(key, message["status"], message["ts"],
                                bool(message.get("failed")))
 

@@ -224,7 +224,11 @@ class LiveRun:
 
 def run_live(path: str, *, bootstrap: str | None = None,
              keep: bool = False) -> list[dict[str, Any]]:
-    """Run a scenario live; with no `bootstrap`, on a fresh embedded broker."""
+    """Run a scenario live; with no `bootstrap`, on a fresh embedded broker.
+
+    The run's files (worker and broker logs, data) are removed after a run that
+    succeeds, and kept (and named on stderr) after one that fails or with `keep`.
+    """
     scenario = load_scenario(path)
     workdir = Path(tempfile.mkdtemp(prefix="onceflow-live-"))
     broker = None
@@ -235,16 +239,20 @@ def run_live(path: str, *, bootstrap: str | None = None,
     else:  # the worker, a child process, reads the same ONCEFLOW_* security settings
         where = Cluster(bootstrap, security_from_env())
     run = LiveRun(scenario, where, workdir, embedded=broker is not None)
+    failed = True
     try:
-        return asyncio.run(run.run())
+        lines = asyncio.run(run.run())
+        failed = False
+        return lines
     finally:
         run.stop()
         if broker is not None:
             broker.stop()
-        if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
+        if keep or failed:
+            # A failed run's error names the worker's log: it stays where it points.
             print(f"onceflow: live run files kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def print_live(path: str, *, summary: bool = False, bootstrap: str | None = None) -> int:

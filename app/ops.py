@@ -23,7 +23,7 @@ from onceflow.agents import wire
 from onceflow.engine import MemoryState
 from onceflow.envelope import Record, decode_value, encode_value
 from onceflow.errors import OnceflowError, ScenarioError
-from onceflow.history import history_key
+from onceflow.history import entry_key
 from onceflow.ingress import Ingress
 from onceflow.journal import IN_DOUBT
 from onceflow.scenario import parse_record_line
@@ -344,8 +344,8 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
                 continue
             doc.delivery_count = max(2, doc.delivery_count + 1)
             key = wire.routing_key(trigger, doc)
-            entry = (history_key(doc.identity, doc.activation)
-                     if trigger.routes_by_activation and doc.activation else doc.identity)
+            entry = entry_key(trigger.routes_by_activation and doc.activation is not None,
+                              doc.identity, doc.activation)
             forget = wire.control_message(wire.FORGET, trigger=trigger.name, key=entry,
                                           only=kind)
             routed = wire.doc_message([trigger.name], doc)

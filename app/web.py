@@ -21,13 +21,13 @@ from onceflow.agents import wire
 from onceflow.agents.faust_app import OnceflowApp
 from onceflow.agents.health import liveness, readiness
 from onceflow.agents.metrics import prometheus_text
-from onceflow.history import HistoryEntry, history_key
+from onceflow.history import HistoryEntry, entry_key
+from onceflow.keys import key_prefix
 from onceflow.tables.outbox import Outbox
 from onceflow.tables.state import PartitionStore, TableBuffer
 
 from .settings import WorkerSettings
 
-SEP = "\x1f"
 log = logging.getLogger("onceflow.web")
 # How long a forwarded request may take at the owning worker.
 FORWARD_TIMEOUT = 10.0
@@ -208,8 +208,8 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             forwarded = await forward(app, self, request, partition)
             if forwarded is not None:
                 return forwarded
-            key = history_key(identity, activation) if joined else identity
-            value = durable_store(app, "history", partition, trigger + SEP).get(key)
+            key = entry_key(joined, identity, activation)
+            value = durable_store(app, "history", partition, key_prefix(trigger)).get(key)
             entry = None if value is None else HistoryEntry(value[0], value[1]).describe()
             return self.json({"trigger": trigger, "identity": identity,
                               "activation": activation, "entry": entry,
@@ -224,7 +224,7 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             forwarded = await forward(app, self, request, partition)
             if forwarded is not None:
                 return forwarded
-            state = durable_store(app, "joins", partition, trigger + SEP).get(activation)
+            state = durable_store(app, "joins", partition, key_prefix(trigger)).get(activation)
             return self.json({"trigger": trigger, "activation": activation, "open": state,
                               "partition": partition, "worker": str(app.conf.canonical_url)})
 

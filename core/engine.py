@@ -14,7 +14,7 @@ from typing import Any
 
 from .calls import Callee, load_callee
 from .envelope import Document, Record, Timestamp
-from .history import history_key
+from .history import entry_key
 from .ingress import Ingress
 from .journal import JournalRecord
 from .processor import HELD, Output, Run, Sink, TriggerProcessor, _Held
@@ -161,10 +161,7 @@ class Engine:
             return
         # Only join triggers keep history under the activation; any other trigger looks
         # its documents up by identity alone, so a seed's activation does not apply.
-        if activation is None or not processor.trigger.routes_by_activation:
-            key = identity
-        else:
-            key = history_key(identity, activation)
+        key = entry_key(processor.trigger.routes_by_activation, identity, activation)
         processor.history.seed(key, status, ts, failed)
 
     def advance(self, ts: Timestamp) -> list[JournalRecord]:

@@ -208,6 +208,24 @@ def safe_headers(headers: dict[str, str]) -> dict[str, Any]:
 Timestamp = int | float
 
 
+def record_time(ts: Timestamp) -> Timestamp:
+    """Record time as every runner uses it: rounded to the nearest millisecond.
+
+    Kafka timestamps are whole milliseconds, so the worker only ever sees such times;
+    replay and Spark round the `ts` of a scenario the same way (spec section 7).  An int
+    stays an int; a time too large to scale is kept as it is.
+    """
+    if type(ts) is int:
+        return ts
+    scaled = ts * 1000.0
+    if scaled != scaled or scaled in (_INF, -_INF):
+        return ts
+    return round(scaled) / 1000
+
+
+_INF = float("inf")
+
+
 # The classes made once or more per document write their __init__ out: compiled, a
 # dataclass-generated __init__ stays interpreted Python and costs several times more.
 
@@ -338,6 +356,18 @@ class Document:
             headers=data.get("headers") or {},
             position=data.get("position", 0),
         )
+
+
+def is_redelivery(first_offset: int | None, first_message_id: str, offset: int,
+                  message_id: str, delivery_count: int) -> bool:
+    """Whether a record of a partition is the broker's redelivery of an earlier one there.
+
+    Only the same offset is (spec section 2), or, where a runner cannot make the broker
+    redeliver (a live replay), a record with `delivery-count` > 1 and the first record's
+    message id.  A producer retry copies every header but gets a new offset and no
+    delivery count, so it is not one.
+    """
+    return offset == first_offset or (delivery_count > 1 and message_id == first_message_id)
 
 
 class BadEnvelope(Exception):

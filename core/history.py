@@ -12,6 +12,7 @@ from typing import Any
 
 from .envelope import Timestamp
 from .errors import HistoryUnavailable
+from .keys import split_state_key, state_key
 from .pickling import by_fields
 from .store import Store
 
@@ -19,20 +20,28 @@ PROCESSING = 1
 COMPLETED = 2
 FAILED = 4
 
-_SEP = "\x1f"
-
 
 def history_key(identity: str, activation: str | None = None) -> str:
-    """The store key of a document's entries (activation, unit separator, identity for joins)."""
-    return identity if activation is None else activation + _SEP + identity
+    """The store key of a join trigger's entries: state_key(activation, identity).
+
+    Without an activation (an entry loaded for every activation): the identity as one
+    part, which no (activation, identity) key can equal.  Triggers without joins key
+    their entries by the identity itself.
+    """
+    return state_key(identity) if activation is None else state_key(activation, identity)
+
+
+def entry_key(by_activation: bool, identity: str, activation: str | None) -> str:
+    """Where a trigger keeps a document's entries (`by_activation`: a join trigger)."""
+    return history_key(identity, activation) if by_activation else identity
 
 
 def split_history_key(key: str) -> tuple[str | None, str]:
-    """(activation, identity) of a store key."""
-    if _SEP in key:
-        activation, identity = key.split(_SEP, 1)
-        return activation, identity
-    return None, key
+    """(activation, identity) of a join trigger's store key."""
+    parts = split_state_key(key)
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    return None, parts[0]
 
 
 @dataclass(init=False, slots=True)

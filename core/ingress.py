@@ -17,6 +17,7 @@ from .envelope import (
     check_envelope,
     envelope_fields,
     header_problem,
+    is_redelivery,
     nested_deeper_than,
     parse_delivery_count,
 )
@@ -24,14 +25,58 @@ from .journal import JournalRecord
 from .store import Store
 from .triggers import TriggerDef, TriggerSet
 
+# The longest dup-id, activation and (of a record with a dup-id) message id ingress
+# takes, in characters, in every runner.  They become state keys and values (the
+# duplicate-ID cache, history keys of join triggers, open joins and only-one windows);
+# bounded so, every such state record fits the worker's smallest record limit whatever
+# the characters.  The identity needs no bound of its own: one longer than
+# MAX_IDENTITY_LENGTH is never a history key.
+MAX_KEY_LENGTH = 1000
+
+
+def activation_too_long(activation: str | None) -> str | None:
+    """Why an activation cannot be a state key, or None."""
+    if activation is not None and len(activation) > MAX_KEY_LENGTH:
+        return (f"the activation is longer than {MAX_KEY_LENGTH} characters "
+                f"({len(activation)}): it cannot key history entries or joins")
+    return None
+
+
+def keys_too_long(headers: dict[str, str] | None, value: Any) -> str | None:
+    """Why ingress cannot store a record's keys (dup-id, message id, activation), or None.
+
+    `headers` as the core reads them, `value` the decoded envelope (anything).
+    """
+    dup_id = headers.get(H_DUP_ID) if headers else None
+    if dup_id is not None:
+        if len(dup_id) > MAX_KEY_LENGTH:
+            return (f"the dup-id is longer than {MAX_KEY_LENGTH} characters ({len(dup_id)}): "
+                    f"the duplicate-ID cache cannot hold it")
+        message_id = headers.get(H_MESSAGE_ID) if headers else None
+        if message_id is not None and len(message_id) > MAX_KEY_LENGTH:
+            return (f"the message-id of a record with a dup-id is longer than "
+                    f"{MAX_KEY_LENGTH} characters ({len(message_id)}): the duplicate-ID "
+                    f"cache cannot hold it")
+    if type(value) is dict:
+        activation = value.get("activation")
+        if type(activation) is str:
+            return activation_too_long(activation)
+    return None
+
 
 class IdCache:
     """A fixed-size circular cache of duplicate IDs for one topic-partition.
 
-    With size n, the (n+1)th ID stored overwrites slot 0.  Each ID remembers the message
-    id of the record that first carried it: the broker redelivering that same record is
-    not a resend (Artemis checks IDs when a message is sent to an address, never when a
-    queue redelivers it), so it passes on to the exactly-once check.
+    With size n, the (n+1)th ID stored overwrites slot 0.  Each ID remembers the offset
+    and the message id of the record that first carried it: the broker redelivering that
+    same record is not a resend (Artemis checks IDs when a message is sent to an address,
+    never when a queue redelivers it), so it passes on to the exactly-once check.  Any
+    other record carrying a cached ID is dropped, a producer retry that copies the first
+    record's headers included (see envelope.is_redelivery).
+
+    Stored per ID: `[slot, message_id, offset]` (`[slot, message_id]` as written by
+    versions before 0.9: such an entry passes only a record with a delivery count above
+    1 and the same message id).
     """
 
     __slots__ = ("_store", "_scope", "size", "_next")
@@ -42,20 +87,22 @@ class IdCache:
         self.size = size
         self._next: int = store.get(scope + "#next") or 0
 
-    def seen(self, dup_id: str, message_id: str) -> bool:
+    def seen(self, dup_id: str, message_id: str, offset: int, delivery_count: int) -> bool:
         """Record dup_id; True when another record already carried it (drop this one)."""
         store = self._store
         id_key = self._scope + "|" + dup_id
         first = store.get(id_key)
         if first is not None:
-            return bool(first[1] != message_id)
+            first_offset = first[2] if len(first) > 2 else None
+            return not is_redelivery(first_offset, first[1], offset, message_id,
+                                     delivery_count)
         slot = self._next
         slot_key = self._scope + "#" + str(slot)
         evicted = store.get(slot_key)
         if evicted is not None:
             del store[self._scope + "|" + evicted]
         store[slot_key] = dup_id
-        store[id_key] = [slot, message_id]
+        store[id_key] = [slot, message_id, offset]
         self._next = (slot + 1) % self.size
         store[self._scope + "#next"] = self._next
         return False
@@ -181,8 +228,16 @@ class Ingress:
             f"{topic}/{record.partition}@{record.offset}"
         )
         value = record.value
+        if headers or type(value) is dict:
+            too_long = keys_too_long(headers, value)
+            if too_long is not None:
+                uuid_seen, _ = envelope_fields(value)
+                journal.append(self._ingress_record(
+                    record, J.BAD_INPUT, uuid_seen or message_id, None, position, too_long))
+                return None, (), too_long
         dup_id = headers.get(H_DUP_ID) if headers else None
-        if dup_id is not None and self.cache(topic, record.partition).seen(dup_id, message_id):
+        if dup_id is not None and self.cache(topic, record.partition).seen(
+                dup_id, message_id, record.offset, delivery_count):
             uuid_seen, activation_seen = envelope_fields(value)
             journal.append(self._ingress_record(
                 record, J.DUPLICATE_ID, uuid_seen or message_id, activation_seen, position,

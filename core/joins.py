@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .envelope import Document
+from .envelope import Document, is_redelivery
 from .store import Store
 from .triggers import ALL, ONLY_ONE, TriggerDef
 
@@ -94,6 +94,24 @@ class AllJoin:
         return {"deadline": deadline, "members": members}, JoinStep(PENDING, previous=state)
 
     @staticmethod
+    def waiting(state: Any, doc: Document) -> bool:
+        """Whether doc is a redelivery of the member of its type waiting in the open join."""
+        if state is None:
+            return False
+        held = state["members"].get(doc.type)
+        if held is None:
+            return False
+        if isinstance(held, Document):
+            topic, partition, offset, message_id = (held.topic, held.partition, held.offset,
+                                                    held.message_id)
+        else:
+            topic, partition, offset, message_id = (held["topic"], held["partition"],
+                                                    held["offset"], held["message_id"])
+        return (topic == doc.topic and partition == doc.partition
+                and is_redelivery(offset, message_id, doc.offset, doc.message_id,
+                                  doc.delivery_count))
+
+    @staticmethod
     def deadline(state: Any) -> float | None:
         """When the open join expires (None: never)."""
         return state["deadline"] if state is not None else None
@@ -121,6 +139,11 @@ class OnlyOneJoin:
         return {"deadline": deadline, "identity": doc.identity}, JoinStep(
             COMPLETE, [doc], previous=None
         )
+
+    @staticmethod
+    def waiting(state: Any, doc: Document) -> bool:
+        """A window holds no document waiting: its first one ran."""
+        return False
 
     @staticmethod
     def deadline(state: Any) -> float | None:
@@ -176,6 +199,16 @@ class JoinBook:
             if state is None:
                 self._index(activation, new_state)
         return step
+
+    def waiting(self, doc: Document) -> bool:
+        """Whether doc is a redelivery of a document waiting in its activation's open join.
+
+        Such a delivery is the same input record: it neither joins nor is discarded, and
+        its outcome is the one the waiting member gets when the join ends.
+        """
+        if doc.activation is None:
+            return False
+        return self.condition.waiting(self.store.get(doc.activation), doc)
 
     def restore(self, activation: str, previous: Any) -> None:
         """Undo a document's effect on its join (the run was suspended)."""

@@ -109,6 +109,10 @@ class Sink:
             self.outputs.append(item)
 
 
+WAITING_AGAIN = ("delivered again while waiting in the open join: its outcome is journaled "
+                 "when the join completes or expires")
+
+
 class _Held:
     """The trigger is suspended: the document stays unacknowledged."""
 
@@ -180,13 +184,19 @@ class TriggerProcessor:
             sink.journal.append(self._record(doc, J.BAD_INPUT, reason))
             sink.output(self._error_output([doc], doc.identity, None, "BadInput", reason, 0))
             return None
+        if joins is not None and joins.waiting(doc):
+            # The broker delivered a waiting member again: not a second instance of its
+            # type.  Its terminal record is the member's, when the join completes or
+            # expires; a terminal record now would be contradicted then.
+            sink.journal.append(self._record(doc, J.JOIN_PENDING, WAITING_AGAIN))
+            return None
         # Join triggers keep history under the activation (their routing key); an entry
         # loaded without one (history.jsonl, imports) applies to every activation.
         if joins is None:
             decision = decide(trigger, doc, self.history, doc.identity, self.resolver)
         else:
             decision = decide(trigger, doc, self.history, self._history_key(doc),
-                              self.resolver, doc.identity)
+                              self.resolver, history_key(doc.identity))
         status = decision.status
         if status is Status.NEW:
             return self._admit_new(doc, sink)

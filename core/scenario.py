@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from .envelope import NotJson, Record, Timestamp, decode_value
+from .envelope import NotJson, Record, Timestamp, decode_value, record_time
 from .errors import ScenarioError
 from .pickling import by_fields
 from .triggers import TriggerSet, load_triggers
@@ -161,7 +161,7 @@ def parse_record_line(
         raise ScenarioError(f"{_at(where)}a record needs 'value' or 'raw'")
     if first_value is not None and offset > top:
         first_value[(topic, partition, offset)] = value
-    return Record(topic, partition, offset, ts, value, key, headers)
+    return Record(topic, partition, offset, record_time(ts), value, key, headers)
 
 
 _NUMBER = (int, float)
@@ -201,7 +201,7 @@ def read_history(path: Path, triggers: set[str]) -> Iterator[HistorySeed]:
         activation = item.get("activation")
         if activation is not None and not isinstance(activation, str):
             raise ScenarioError(f"{where}'activation' must be a string")
-        yield HistorySeed(trigger, identity, status, ts, failed, activation)
+        yield HistorySeed(trigger, identity, status, record_time(ts), failed, activation)
 
 
 def record_line(record: Record) -> dict[str, Any]:

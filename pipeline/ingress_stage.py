@@ -24,6 +24,7 @@ from onceflow.envelope import Document
 from onceflow.errors import ScenarioError
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
+from onceflow.keys import key_prefix
 from onceflow.processor import Output
 from onceflow.scenario import parse_record_line
 from onceflow.triggers import TriggerDef, TriggerSet
@@ -52,7 +53,7 @@ class Slots:
 
     def of(self, trigger: str, key: str) -> int:
         """The vpart of a (trigger, routing key) group: the same in every task."""
-        digest = zlib.crc32((trigger + "\x1f" + key).encode("utf-8", "surrogatepass"))
+        digest = zlib.crc32((key_prefix(trigger) + key).encode("utf-8", "surrogatepass"))
         return self.table[digest % len(self.table)]
 
 
@@ -114,7 +115,7 @@ class _IngressTask:
         # Slots.of and routing_key, unrolled for the hot loop: crc32 continues from the
         # trigger's prefix, which is crc32 of the concatenation.
         self.routes = {t.name: (i, t.routes_by_activation,
-                                zlib.crc32((t.name + "\x1f").encode()))
+                                zlib.crc32(key_prefix(t.name).encode("utf-8", "surrogatepass")))
                        for i, t in enumerate(triggers.triggers)}
         self.highest: dict[tuple[str, int], int] = {}
         self.first_value: dict[tuple[str, int, int], Any] = {}

@@ -7,23 +7,27 @@ class ReferenceIdCache:
     """Artemis' circular duplicate-ID cache written as plainly as possible.
 
     n slots; the (n+1)th id stored overwrites slot 0.  An id that is held is a duplicate
-    unless the record carrying it is the one that first carried it (design 1).  A dropped
-    id is not stored again.
+    unless the record carrying it is the one that first carried it (spec section 2: the
+    same offset, or a delivery count above 1 and the first carrier's message id).  A
+    dropped id is not stored again.
     """
 
     def __init__(self, size: int) -> None:
         self.slots: list[str | None] = [None] * size
         self.next = 0
-        self.first: dict[str, str] = {}
+        self.first: dict[str, tuple[str, int]] = {}
 
-    def seen(self, dup_id: str, message_id: str) -> bool:
+    def seen(self, dup_id: str, message_id: str, offset: int, delivery_count: int) -> bool:
         if dup_id in self.first:
-            return self.first[dup_id] != message_id
+            first_message_id, first_offset = self.first[dup_id]
+            if offset == first_offset:
+                return False
+            return not (delivery_count > 1 and message_id == first_message_id)
         evicted = self.slots[self.next]
         if evicted is not None:
             del self.first[evicted]
         self.slots[self.next] = dup_id
-        self.first[dup_id] = message_id
+        self.first[dup_id] = (message_id, offset)
         self.next = (self.next + 1) % len(self.slots)
         return False
 

@@ -18,8 +18,10 @@ from onceflow.envelope import (
     decode_value,
     encode_value,
     parse_delivery_count,
+    record_time,
 )
-from onceflow.ingress import DeliveryCounter, IdCache, Ingress
+from onceflow.ingress import MAX_KEY_LENGTH, DeliveryCounter, IdCache, Ingress
+from onceflow.scenario import parse_record_line
 from onceflow.triggers import parse_triggers
 from reference_models import ReferenceIdCache
 
@@ -27,66 +29,83 @@ from reference_models import ReferenceIdCache
 
 def test_id_cache_size_two_overwrites_slot_zero_with_the_third_id() -> None:
     cache = IdCache({}, "t/0", 2)
-    assert not cache.seen("d1", "m1")
-    assert not cache.seen("d2", "m2")
+    assert not cache.seen("d1", "m1", 101, 1)
+    assert not cache.seen("d2", "m2", 102, 1)
     assert cache.ids() == ["d1", "d2"]
-    assert not cache.seen("d3", "m3")  # overwrites slot 0: d1 is gone
+    assert not cache.seen("d3", "m3", 103, 1)  # overwrites slot 0: d1 is gone
     assert "d1" not in cache and "d2" in cache and "d3" in cache
     assert cache.ids() == ["d2", "d3"]
-    assert not cache.seen("d1", "m4")  # d1 is accepted again, and evicts d2
-    assert cache.seen("d3", "m5")
-    assert not cache.seen("d2", "m6")
+    assert not cache.seen("d1", "m4", 104, 1)  # d1 is accepted again, and evicts d2
+    assert cache.seen("d3", "m5", 105, 1)
+    assert not cache.seen("d2", "m6", 106, 1)
 
 
 def test_id_cache_lets_the_first_carrier_through_again() -> None:
     cache = IdCache({}, "t/0", 10)
-    assert not cache.seen("d1", "t/0@0")
-    assert not cache.seen("d1", "t/0@0")  # the broker redelivering the same record
-    assert cache.seen("d1", "t/0@7")  # a re-sent copy
+    assert not cache.seen("d1", "t/0@0", 0, 1)
+    assert not cache.seen("d1", "t/0@0", 0, 2)  # the broker redelivering the same record
+    assert cache.seen("d1", "t/0@7", 7, 1)  # a re-sent copy
     assert cache.ids() == ["d1"]
+
+
+def test_id_cache_drops_a_producer_retry_that_repeats_every_header() -> None:
+    cache = IdCache({}, "t/0", 10)
+    assert not cache.seen("d1", "m1", 0, 1)
+    assert cache.seen("d1", "m1", 1, 1)  # same dup-id and message-id, a new offset
+    assert cache.seen("d1", "m1", 2, -1)  # an undefined delivery count is no redelivery
+    assert not cache.seen("d1", "m1", 3, 2)  # a live replay's resend of the first carrier
+    assert cache.seen("d1", "m2", 4, 2)  # a redelivery of another record
+
+
+def test_id_cache_reads_entries_of_earlier_versions() -> None:
+    store: dict[str, Any] = {"t/0|d1": [0, "t/0@5"], "t/0#0": "d1", "t/0#next": 1}
+    cache = IdCache(store, "t/0", 10)
+    assert not cache.seen("d1", "t/0@5", 5, 2)  # the broker redelivering the first carrier
+    assert cache.seen("d1", "t/0@5", 6, 1)
 
 
 def test_id_cache_survives_a_restart_over_its_store() -> None:
     store: dict[str, Any] = {}
     cache = IdCache(store, "t/0", 3)
     for i, dup in enumerate(["a", "b", "c", "d"]):
-        cache.seen(dup, f"m{i}")
+        cache.seen(dup, f"m{i}", i, 1)
     again = IdCache(store, "t/0", 3)
     assert again.ids() == cache.ids() == ["b", "c", "d"]
-    assert again.seen("b", "other")
-    assert not again.seen("e", "m9")  # continues at the right slot: overwrites b
+    assert again.seen("b", "other", 107, 1)
+    assert not again.seen("e", "m9", 108, 1)  # continues at the right slot: overwrites b
     assert again.ids() == ["c", "d", "e"]
 
 
 def test_id_caches_of_two_partitions_share_a_store_but_not_their_ids() -> None:
     store: dict[str, Any] = {}
     p0, p1 = IdCache(store, "t/0", 2), IdCache(store, "t/1", 2)
-    assert not p0.seen("d1", "m1")
-    assert not p1.seen("d1", "m2")
-    assert p0.seen("d1", "m3") and p1.seen("d1", "m4")
-    p0.seen("x", "m5")
-    p0.seen("y", "m6")  # evicts d1 from partition 0 only
+    assert not p0.seen("d1", "m1", 109, 1)
+    assert not p1.seen("d1", "m2", 110, 1)
+    assert p0.seen("d1", "m3", 111, 1) and p1.seen("d1", "m4", 112, 1)
+    p0.seen("x", "m5", 113, 1)
+    p0.seen("y", "m6", 114, 1)  # evicts d1 from partition 0 only
     assert "d1" not in p0 and "d1" in p1
 
 
 operations = st.lists(
     st.tuples(st.sampled_from(["d0", "d1", "d2", "d3", "d4", "d5"]),
-              st.sampled_from(["m0", "m1", "m2"])),
+              st.sampled_from(["m0", "m1", "m2"]), st.integers(0, 3), st.sampled_from([1, 2])),
     max_size=60,
 )
 
 
 @settings(max_examples=300, deadline=None)
 @given(size=st.integers(1, 5), ops=operations, restart_at=st.integers(0, 60))
-def test_id_cache_equals_the_reference_model(size: int, ops: list[tuple[str, str]],
+def test_id_cache_equals_the_reference_model(size: int,
+                                             ops: list[tuple[str, str, int, int]],
                                              restart_at: int) -> None:
     store: dict[str, Any] = {}
     cache = IdCache(store, "t/0", size)
     model = ReferenceIdCache(size)
-    for i, (dup, mid) in enumerate(ops):
+    for i, (dup, mid, offset, count) in enumerate(ops):
         if i == restart_at:  # a persisted cache is rebuilt from its store
             cache = IdCache(store, "t/0", size)
-        assert cache.seen(dup, mid) == model.seen(dup, mid)
+        assert cache.seen(dup, mid, offset, count) == model.seen(dup, mid, offset, count)
         assert cache.ids() == model.ids()
         assert len(cache.ids()) <= size
     for dup in ["d0", "d1", "d2", "d3", "d4", "d5"]:
@@ -300,3 +319,59 @@ def test_bad_input_reaches_no_trigger_and_is_kept_in_the_dead_letter_topic() -> 
     # The worker goes on: the next record is processed.
     out = engine.process(Record("order", 0, 1, 4.0, {"uuid": "u"}), 1)
     assert sorted(r.outcome for r in out.journal) == ["processed", "processed"]
+
+
+# -- one limit for the keys ingress stores, in every runner (issue 8 item 7) ------------------
+
+@pytest.mark.parametrize(("headers", "value", "why"), [
+    ({"dup-id": "d" * (MAX_KEY_LENGTH + 1)}, {"uuid": "u-1"}, "the dup-id is longer"),
+    ({}, {"uuid": "u-1", "activation": "a" * (MAX_KEY_LENGTH + 1)}, "the activation is longer"),
+    ({"dup-id": "d", "message-id": "m" * (MAX_KEY_LENGTH + 1)}, {"uuid": "u-1"},
+     "the message-id of a record with a dup-id is longer"),
+])
+def test_keys_longer_than_the_limit_are_bad_input_with_activation_null(
+        headers: dict[str, str], value: dict[str, Any], why: str) -> None:
+    ingress = make_ingress()
+    admitted = ingress.admit(rec(0, headers, topic="order", value=value))
+    (record,) = admitted.journal
+    assert (record.trigger, record.outcome, record.identity, record.activation) == (
+        None, "bad-input", "u-1", None)
+    assert why in (record.reason or "") and admitted.rejected_reason == record.reason
+    assert admitted.routed == []
+    # Nothing of it was stored: the same dup-id, within the limit, is new.
+    assert "d" * (MAX_KEY_LENGTH + 1) not in ingress.cache("order", 0)
+
+
+def test_keys_of_exactly_the_limit_are_taken() -> None:
+    admitted = make_ingress().admit(rec(0, {"dup-id": "d" * MAX_KEY_LENGTH}, topic="order",
+                                        value={"activation": "a" * MAX_KEY_LENGTH}))
+    assert admitted.journal == [] and admitted.routed
+
+
+def test_a_producer_retry_repeating_dup_id_and_message_id_is_dropped() -> None:
+    ingress = make_ingress()
+    headers = {"dup-id": "d", "message-id": "m-1"}
+    assert ingress.admit(rec(0, dict(headers), topic="order", value={"uuid": "u"})).routed
+    retry = ingress.admit(rec(1, dict(headers), topic="order", value={"uuid": "u"}))
+    assert [r.outcome for r in retry.journal] == ["duplicate-id"]
+    redelivery = ingress.admit(rec(0, dict(headers), topic="order", value={"uuid": "u"}))
+    assert redelivery.routed and redelivery.routed[0][1].delivery_count == 2
+    resend = ingress.admit(rec(2, {**headers, "delivery-count": "2"}, topic="order",
+                               value={"uuid": "u"}))
+    assert resend.routed  # a live replay's stand-in for the broker redelivering it
+
+
+# -- record time (spec section 7) --------------------------------------------------------------
+
+@pytest.mark.parametrize(("ts", "rounded"), [
+    (1.2501, 1.25), (1.2505001, 1.251), (5, 5), (0.0004, 0.0), (1700000000.1234, 1700000000.123),
+    (1e300, 1e300), (float("inf"), float("inf")),
+])
+def test_record_time_has_millisecond_resolution(ts: float, rounded: float) -> None:
+    got = record_time(ts)
+    assert got == rounded and type(got) is type(rounded)
+
+
+def test_scenario_records_are_read_at_millisecond_resolution() -> None:
+    record = parse_record_line({"ts": 1.2501, "topic": "t", "value": {}}, {}, None)
+    assert record.ts == 1.25

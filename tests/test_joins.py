@@ -72,6 +72,19 @@ def test_all_join_discards_a_second_instance_of_a_pending_type() -> None:
     assert [m.identity for m in step.members] == ["a-1", "b-1"]
 
 
+def test_a_redelivery_of_a_waiting_member_is_neither_joined_nor_discarded() -> None:
+    join = AllJoin(frozenset({"a", "b"}), timeout=60.0)
+    state, _ = join.on_document(None, doc("a-1", "a", offset=3))
+    assert join.waiting(state, doc("a-1", "a", offset=3))  # the broker delivers it again
+    assert not join.waiting(state, doc("a-1", "a", offset=4))  # a re-sent copy
+    resent = doc("a-1", "a", offset=4)
+    resent.message_id, resent.delivery_count = "a/0@3", 2
+    assert join.waiting(state, resent)  # a live replay's stand-in for a redelivery
+    assert join.waiting(json.loads(json.dumps(state)), doc("a-1", "a", offset=3))
+    assert not join.waiting(state, doc("b-1", "b", offset=3))
+    assert not join.waiting(None, doc("a-1", "a", offset=3))
+
+
 def test_all_join_timeout_drops_the_pending_documents() -> None:
     join = AllJoin(frozenset({"a", "b", "c"}), timeout=60.0)
     state, _ = join.on_document(None, doc("a-1", "a"))
@@ -248,6 +261,17 @@ def test_history_of_members_is_written_when_the_join_runs_not_while_pending() ->
         entry = history.lookup("c\x1f" + identity, 7)
         assert entry is not None and entry.completed and not entry.failed
         assert entry.started == 7  # the start of the join's run
+
+
+def test_a_redelivered_waiting_member_gets_no_terminal_record_before_its_join_ends() -> None:
+    engine = engine_for(FULFIL)
+    feed = Feed(engine)
+    feed.send("order", 0, uuid="o-1", activation="c")
+    again = engine.process(Record("order", 0, 0, 1, {"uuid": "o-1", "activation": "c"}), 1)
+    assert [(r.outcome, r.identity, r.offset) for r in again.journal] == [
+        ("join-pending", "o-1", 0)]
+    assert feed.send("payment", 2, uuid="p-1", activation="c") == [
+        ("fulfil", "processed", "o-1", "c", 0), ("fulfil", "processed", "p-1", "c", 2)]
 
 
 def test_moving_time_by_hand_expires_a_join_exactly_after_its_deadline() -> None:

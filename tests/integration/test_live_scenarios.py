@@ -8,6 +8,7 @@ start-up on the consumer group); each scenario still passes or fails on its own.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -18,6 +19,7 @@ from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.live import LiveRun, live_env, run_live
 from onceflow.app.replay import replay_scenario
 from onceflow.app.settings import WorkerSettings
+from onceflow.errors import OnceflowError
 from onceflow.scenario import load_scenario
 
 pytestmark = pytest.mark.integration
@@ -101,3 +103,26 @@ def test_live_runs_shorten_the_group_session_only_on_the_embedded_broker(
     assert WorkerSettings.from_env().session_timeout >= 6
     assert LiveRun(load_scenario(SCENARIOS[0]), "127.0.0.1:9092", tmp_path
                    ).worker.env["ONCEFLOW_SESSION_TIMEOUT"] == "2"
+
+
+def test_a_failed_live_run_keeps_the_log_it_points_to(
+        broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # A worker that answers slower than the run waits: the run fails, naming the worker's
+    # log, and that log is still there to read.
+    real_run = LiveRun.run
+
+    async def impatient(self: LiveRun) -> list[dict[str, Any]]:
+        self.record_timeout = 0.001
+        return await real_run(self)
+
+    monkeypatch.setattr(LiveRun, "run", impatient)
+    with pytest.raises(OnceflowError) as failure:
+        run_live(str(HERE / "scenarios" / "keys_over_1000_characters"),
+                 bootstrap=broker.bootstrap)
+    message = str(failure.value)
+    log = Path(message.rsplit("see ", 1)[1])
+    assert log.is_file(), message
+    kept = capsys.readouterr().err
+    assert f"live run files kept in {log.parent}" in kept
+    shutil.rmtree(log.parent)

@@ -1,0 +1,48 @@
+"""State keys (onceflow.keys): unambiguous whatever the ids hold (issue 8 item 3)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from onceflow.history import entry_key, history_key, split_history_key
+from onceflow.keys import key_prefix, split_state_key, state_key
+
+# Strings rich in the separator and its escape.
+PARTS = st.text(alphabet=["a", "\x1e", "\x1f", ":", "é"], max_size=6)
+
+
+def test_the_colliding_pair_of_the_issue_gets_two_keys() -> None:
+    assert history_key("y\x1fz", "x") != history_key("z", "x\x1fy")
+    assert history_key("\x1ez", "x") != history_key("z", "x\x1e")
+
+
+def test_ordinary_ids_keep_the_keys_earlier_versions_stored() -> None:
+    assert history_key("u-1", "act") == "act\x1fu-1"
+    assert history_key("u-1") == "u-1"
+    assert key_prefix("orders") == "orders\x1f"
+    assert state_key("held", "orders", "000000000001") == "held\x1forders\x1f000000000001"
+
+
+def test_an_entry_for_every_activation_never_meets_a_joined_key() -> None:
+    assert history_key("x\x1fy") != history_key("y", "x")
+    assert entry_key(True, "x\x1fy", None) != entry_key(True, "y", "x")
+    assert entry_key(False, "x\x1fy", "a") == "x\x1fy"  # triggers without joins: identity
+
+
+@given(st.lists(PARTS, min_size=1, max_size=4), st.lists(PARTS, min_size=1, max_size=4))
+def test_different_parts_never_give_one_key(a: list[str], b: list[str]) -> None:
+    assert split_state_key(state_key(*a)) == a
+    assert (state_key(*a) == state_key(*b)) == (a == b)
+
+
+@given(PARTS, PARTS, PARTS, PARTS)
+def test_prefixed_keys_of_two_stores_never_meet(p1: str, k1: str, p2: str, k2: str) -> None:
+    # A shared table holds store p's key k as key_prefix(p) + k.
+    assert (key_prefix(p1) + k1 == key_prefix(p2) + k2) == (p1 == p2 and k1 == k2)
+    assert split_state_key(key_prefix(p1) + k1, 1) == [p1, k1]
+
+
+@given(PARTS, PARTS)
+def test_history_keys_split_back(identity: str, activation: str) -> None:
+    assert split_history_key(history_key(identity, activation)) == (activation, identity)
+    assert split_history_key(history_key(identity)) == (None, identity)
