@@ -165,3 +165,20 @@ def test_cli_names_the_cause_when_a_file_system_has_no_connector(
     assert "org.apache.hadoop:hadoop-aws:3.5.0" in err
     assert "Py4J" not in err and "Traceback" not in err
     assert spark.range(1).count() == 1
+
+
+@pytest.mark.parametrize("name", ["state_keys_unambiguous", "and_join_member_redelivered"])
+def test_the_audit_passes_replays_journal_of_ids_holding_separators(
+        spark: Any, tmp_path: Path, name: str) -> None:
+    # Two join runs whose (activation, identity) pairs would share a key joined with
+    # U+001F are two documents: the audit's check that no service ran twice must not
+    # take them for one (issue 8 item 3).
+    folder = SCENARIOS / name
+    scenario = load_scenario(folder)
+    journal, _, _ = replay_scenario(scenario)
+    journal_path = tmp_path / "journal.jsonl"
+    with journal_path.open("wb") as handle:
+        write_journal(journal, handle)
+    result = run_audit(spark, list_archive(spark, str(folder)), str(journal_path),
+                       scenario.triggers, partitions=2)
+    assert result.passed, result.violations
