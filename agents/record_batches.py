@@ -147,3 +147,42 @@ def install() -> None:
         raise RuntimeError(f"aiokafka's fetcher reads records with {current!r}, not with "
                            f"aiokafka's own MemoryRecords: onceflow cannot install its reader")
     fetcher.MemoryRecords = TolerantRecords
+
+
+class RawHeaderName(str):
+    """A header name read with "surrogateescape", written back as its original bytes."""
+
+    __slots__ = ()
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        """The name's original bytes (whatever encoding or errors are asked for)."""
+        return str(self).encode("utf-8", "surrogateescape")
+
+
+def has_raw_header_name(headers: Any) -> bool:
+    """Whether a header name was not UTF-8 on the wire (read back by TolerantRecords)."""
+    for name, _ in headers or ():
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+    return False
+
+
+def raw_name_batch(producer: Any, key: bytes | None, value: bytes | None,
+                   timestamp_ms: int | None, headers: Any) -> Any:
+    """A one-record batch for `producer.send_batch` whose header names keep their bytes.
+
+    aiokafka's producer encodes header names as strict UTF-8 (its compiled builder takes
+    nothing else), so such a record is built by aiokafka's pure-Python builder, which
+    writes what each name's `encode` returns.  Not for an idempotent producer.
+    """
+    batch = producer.create_batch()
+    batch._builder = default_records._DefaultRecordBatchBuilderPy(
+        2, 0, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=0,
+        batch_size=2 ** 31 - 1)
+    if batch.append(key=key, value=value, timestamp=timestamp_ms,
+                    headers=[(RawHeaderName(name), data) for name, data in headers]) is None:
+        raise ValueError("the record does not fit in a batch")
+    batch.close()
+    return batch

@@ -14,6 +14,11 @@ The source offsets are committed (consumer group --group) only after the target 
 acknowledged every record of the batch (acks=all).  A bridge that is killed between the
 two sends those records again when it restarts: the onceflow worker that reads the target
 drops them at ingress (journal `duplicate-id`), so every record reaches the triggers once.
+
+No source record stops it: the fetcher reads header names that are not UTF-8 with the
+worker's reader (onceflow.agents.record_batches) and such a record is forwarded with the
+names' bytes unchanged (the worker journals it bad-input); a record the target refuses as
+too large is logged as not forwarded and skipped.
 """
 
 from __future__ import annotations
@@ -28,7 +33,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import CommitFailedError, KafkaError
+from aiokafka.errors import (
+    CommitFailedError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+)
+from onceflow.agents import record_batches
 from onceflow.envelope import H_DUP_ID
 from onceflow.errors import OnceflowError
 
@@ -36,6 +47,7 @@ from .security import Cluster, bootstrap_servers, security_from_env, started
 
 log = logging.getLogger("onceflow.bridge")
 DUP_ID_PREFIX = "bridge:"
+TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError)
 
 
 def bridge_dup_id(prefix: str, topic: str, partition: int, offset: int) -> str:
@@ -65,6 +77,7 @@ class Bridge:
         self.spec = spec
         self.forwarded = 0
         self.batches = 0
+        self.skipped = 0
         self._stopping = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
@@ -88,6 +101,7 @@ class Bridge:
         producer = AIOKafkaProducer(
             acks="all", enable_idempotence=False, linger_ms=5,
             max_request_size=8 * 1024 * 1024, **spec.target.client_kwargs())
+        record_batches.install()  # a header name that is not UTF-8 must not stop the fetch
         self._consumer = await started(consumer, spec.source)
         try:
             self._producer = await started(producer, spec.target)
@@ -133,26 +147,70 @@ class Bridge:
         batches = fetch.result()
         if not batches:
             return
-        pending = []
+        pending: list[tuple[Any, Any]] = []
         commit: dict[Any, int] = {}
+        skipped = 0
         for tp, records in batches.items():
             for record in records:
-                pending.append(await self._producer.send(
-                    spec.target_topic, record.value, key=record.key,
-                    partition=record.partition % self._target_partitions,
-                    timestamp_ms=record.timestamp, headers=self._headers(record)))
+                if record_batches.has_raw_header_name(record.headers):
+                    # Sent alone, in order: its names keep their bytes (the worker
+                    # reading the target journals it bad-input, naming the header).
+                    skipped += await self._acknowledged(pending)
+                    pending = [(record, await self._send_raw(record))]
+                    continue
+                try:
+                    pending.append((record, await self._producer.send(
+                        spec.target_topic, record.value, key=record.key,
+                        partition=record.partition % self._target_partitions,
+                        timestamp_ms=record.timestamp, headers=self._headers(record))))
+                except MessageSizeTooLargeError as exc:
+                    self._skip(record, exc)
+                    skipped += 1
             commit[tp] = records[-1].offset + 1
         # Every record is acknowledged by the target (acks=all) before the source offsets
         # move: a crash in between sends them again, and their dup-ids drop them.
-        await asyncio.gather(*pending)
+        skipped += await self._acknowledged(pending)
         try:
             await self._consumer.commit(commit)
         except CommitFailedError as exc:  # a rebalance: the new owner sends them again
             log.warning("bridge: offsets not committed (%s); the records will be sent again "
                         "and dropped by their dup-id", exc)
             return
-        self.forwarded += len(pending)
+        self.forwarded += sum(len(records) for records in batches.values()) - skipped
+        self.skipped += skipped
         self.batches += 1
+
+    async def _send_raw(self, record: Any) -> Any:
+        assert self._producer is not None
+        batch = record_batches.raw_name_batch(
+            self._producer, record.key, record.value, record.timestamp,
+            self._headers(record))
+        return await self._producer.send_batch(
+            batch, self.spec.target_topic,
+            partition=record.partition % self._target_partitions)
+
+    async def _acknowledged(self, pending: list[tuple[Any, Any]]) -> int:
+        """Wait until the target acknowledged every pending send; how many it refused.
+
+        A record refused as too large is logged and skipped; any other refusal stops the
+        bridge.
+        """
+        results = await asyncio.gather(*(future for _, future in pending),
+                                       return_exceptions=True)
+        skipped = 0
+        for (record, _), result in zip(pending, results, strict=True):
+            if isinstance(result, TOO_LARGE):
+                self._skip(record, result)
+                skipped += 1
+            elif isinstance(result, BaseException):
+                raise result
+        return skipped
+
+    def _skip(self, record: Any, exc: BaseException) -> None:
+        size = len(record.key or b"") + len(record.value or b"")
+        print(f"onceflow: bridge: record {record.topic}/{record.partition}@{record.offset} "
+              f"({size} bytes of key and value) NOT forwarded: the target refuses it as too "
+              f"large ({type(exc).__name__}); going on", file=sys.stderr, flush=True)
 
     def _headers(self, record: Any) -> list[tuple[str, bytes]]:
         headers = list(record.headers or ())

@@ -7,6 +7,7 @@ target.  Records the restarted bridge sends again are dropped by the worker's du
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import sqlite3
@@ -20,9 +21,12 @@ from typing import IO, Any
 import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from onceflow.agents import record_batches
 from onceflow.agents.wire import Names
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer, TopicFollower, read_topic
+
+from .support import outcomes, wait_journal
 
 pytestmark = pytest.mark.integration
 
@@ -233,3 +237,50 @@ def test_a_bridge_forwards_odd_records_as_they_are_and_refuses_a_missing_topic(
     assert missing.returncode == 2
     assert "Traceback" not in missing.stderr
     assert f"--to topic '{prefix}nowhere' does not exist" in missing.stderr.splitlines()[-1]
+
+
+def test_a_record_whose_header_name_is_not_utf8_does_not_stop_the_bridge(
+        broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
+    prefix = new_prefix()
+    names = Names(prefix)
+    triggers = tmp_path / "triggers.toml"
+    triggers.write_text('[[trigger]]\nname = "orders"\ntypes = ["order"]\n')
+    worker = start_worker(triggers, prefix, partitions=2)
+    source_topic = prefix + "shop.orders"
+    asyncio.run(create_topic(broker.bootstrap, source_topic))
+    doc = lambda uuid: orjson.dumps({"uuid": uuid})  # noqa: E731
+
+    async def send() -> None:
+        async with Producer(broker.bootstrap) as producer:
+            await producer.send_and_wait(source_topic, doc("good-1"), key=b"k", partition=0)
+            # The name's bytes \xff\xfe are not UTF-8 (a plain producer cannot send it).
+            batch = record_batches.raw_name_batch(
+                producer, b"k", doc("bad-name"), None,
+                [("trace", b"t"), (b"\xff\xfe".decode("utf-8", "surrogateescape"), b"\x01")])
+            await (await producer.send_batch(batch, source_topic, partition=0))
+            await producer.send_and_wait(source_topic, doc("good-2"), key=b"k", partition=0)
+
+    asyncio.run(send())
+    env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_SESSION_TIMEOUT": "1",
+           "ONCEFLOW_HEARTBEAT_INTERVAL": "0.2"}
+    bridge = BridgeProcess(["--from", source_topic, "--to", names.topic("order")], env,
+                           tmp_path / "bridge.log").start()
+    lines = wait_journal(broker.bootstrap, names, lambda ls: all(
+        outcomes(ls, uuid) for uuid in ("good-1", "bad-name", "good-2")), worker)
+    assert bridge.process is not None and bridge.process.poll() is None, \
+        (tmp_path / "bridge.log").read_text()[-2000:]
+    assert outcomes(lines, "good-1") == outcomes(lines, "good-2") == ["processed"]
+    (bad,) = [line for line in lines if line["identity"] == "bad-name"]
+    assert bad["outcome"] == "bad-input"
+    assert "a header name is not UTF-8 (b'\\xff\\xfe')" in bad["reason"]
+    # Forwarded in order, the name's bytes kept; its dead-letter copy holds them.
+    record_batches.install()  # this process reads the forwarded record too
+    forwarded = asyncio.run(read_topic(broker.bootstrap, names.topic("order")))
+    assert [orjson.loads(r.value)["uuid"] for r in forwarded] == ["good-1", "bad-name", "good-2"]
+    letter = next(orjson.loads(r.value) for r in asyncio.run(
+        read_topic(broker.bootstrap, names.dead_letter)))
+    assert letter["headers_base64"] == [{"name": base64.b64encode(b"\xff\xfe").decode(),
+                                         "value": base64.b64encode(b"\x01").decode()}]
+    assert bridge.stop() == 0, (tmp_path / "bridge.log").read_text()[-2000:]
+    assert "Traceback" not in (tmp_path / "bridge.log").read_text()
+    assert worker.alive
