@@ -244,14 +244,18 @@ def run_live(path: str, *, bootstrap: str | None = None,
         lines = asyncio.run(run.run())
         failed = False
         return lines
+    except Exception as exc:
+        # A failed run's error names the worker's log: it stays where it points, and the
+        # one error line says where the run's files are.
+        exc.args = (f"{exc} (the live run's files are kept in {workdir})",)
+        raise
     finally:
         run.stop()
         if broker is not None:
             broker.stop()
-        if keep or failed:
-            # A failed run's error names the worker's log: it stays where it points.
+        if keep:
             print(f"onceflow: live run files kept in {workdir}", file=sys.stderr)
-        else:
+        elif not failed:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
