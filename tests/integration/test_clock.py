@@ -82,7 +82,10 @@ def test_a_record_or_tick_from_the_future_does_not_expire_joins(
     # Without the limit (a skew of ~30,000 years), what a worker did before: the record
     # moves partition time to 9999 and stores it; the next join expires at once.
     worker = start_worker(triggers, prefix, partitions=1, max_clock_skew=1e12)
-    send(bootstrap, names, [("order", {"uuid": "f-0"}, YEAR_9999), *join(0)])
+    # (Topics are fetched in no fixed order: the join is sent once the order is journaled.)
+    send(bootstrap, names, [("order", {"uuid": "f-0"}, YEAR_9999)])
+    wait_journal(bootstrap, names, lambda ls: bool(outcomes(ls, "f-0")), worker)
+    send(bootstrap, names, join(0))
     wait_journal(bootstrap, names, lambda ls: "join-expired" in outcomes(ls, "r-0"), worker)
     worker.stop()
 
