@@ -210,6 +210,24 @@ class JoinBook:
             return False
         return self.condition.waiting(self.store.get(doc.activation), doc)
 
+    def members(self, activation: str) -> list[Document]:
+        """The documents waiting in one activation's open join (none for a window)."""
+        state = self.store.get(activation)
+        if state is None or "members" not in state:
+            return []
+        return self.condition.on_timeout(state)
+
+    def drop_members(self, activation: str, types: set[str]) -> None:
+        """Remove the waiting members of these types (the join is closed when none stay)."""
+        state = self.store.get(activation)
+        if state is None or "members" not in state:
+            return
+        members = {t: m for t, m in state["members"].items() if t not in types}
+        if members:
+            self.store[activation] = {"deadline": state["deadline"], "members": members}
+        else:
+            del self.store[activation]
+
     def restore(self, activation: str, previous: Any) -> None:
         """Undo a document's effect on its join (the run was suspended)."""
         if previous is None:

@@ -200,6 +200,8 @@ class TriggerProcessor:
         status = decision.status
         if status is Status.NEW:
             return self._admit_new(doc, sink)
+        if joins is not None:
+            self._settle_ran_join(doc, sink)
         if status is Status.DUPLICATE:
             sink.journal.append(self._record(doc, J.DUPLICATE, decision.reason))
         elif status is Status.REJECTED:
@@ -237,6 +239,44 @@ class TriggerProcessor:
             except HistoryUnavailable as exc:
                 return self._history_write_failed(doc, run, str(exc), sink)
         return run
+
+    def _settle_ran_join(self, doc: Document, sink: Sink) -> None:
+        """Close what is left of a join that ran before a crash.
+
+        A run writes the processing entries of all its members (one start time) before
+        its service runs, and removes the join only with the completed entries.  A crash
+        in between leaves the members that waited still in the open join, durable, while
+        the run's journal records may already be out.  When the document that completed
+        the join is delivered again (not New: its history has the run's entry), members
+        whose entries carry the same start time were in that run: they leave the join as
+        duplicates instead of waiting until it expires (a second, contradicting outcome).
+        """
+        history = self.history
+        joins = self.joins
+        activation = doc.activation
+        if history is None or joins is None or activation is None:
+            return
+        waiting = joins.members(activation)
+        if not waiting:
+            return
+        try:
+            entry = history.lookup(self._history_key(doc), doc.ts)
+            if entry is None:
+                return
+            ran = []
+            for member in waiting:
+                found = history.lookup(self._history_key(member), member.ts)
+                if found is not None and found.started == entry.started:
+                    ran.append(member)
+        except HistoryUnavailable:
+            return  # the join stays; it completes or expires as usual
+        if not ran:
+            return
+        joins.drop_members(activation, {member.type for member in ran})
+        reason = (f"its join ran with {doc.identity} (the same run's history entry) "
+                  f"before a restart")
+        for member in ran:
+            sink.journal.append(self._record(member, J.DUPLICATE, reason))
 
     def _history_write_failed(self, doc: Document, run: Run, why: str,
                               sink: Sink) -> Run | _Held | None:

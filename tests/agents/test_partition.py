@@ -191,3 +191,58 @@ def _control(kind: str, **fields: Any) -> Any:
 def _document(identity: str) -> Any:
     from onceflow.envelope import Document
     return Document("a", identity, None, {"uuid": identity}, 1, "a", 0, 0, "a/0@0", 1)
+
+
+class _Crash(BaseException):
+    """The worker is killed here."""
+
+
+async def test_a_join_that_ran_before_a_crash_does_not_expire_its_members_later() -> None:
+    """Killed after the run's journal went out and before its join was removed.
+
+    The waiting member stays in the durable join; when the completing document is
+    delivered again it is decided from its history, and the member that ran with it
+    leaves the join as a duplicate: no `join-expired` after its `processed`.
+    """
+    pair = {"name": "pair", "types": ["l", "r"], "condition": "all", "join_timeout": "10s"}
+    joins_changelog = "onceflow-joins-changelog"
+
+    class Killed(MemoryBroker):
+        armed = False
+
+        async def send(self, outbox: Outbox) -> dict[tuple[str, int], int]:
+            if self.armed and any(topic == joins_changelog for topic, _ in outbox.records):
+                raise _Crash
+            return await super().send(outbox)
+
+    first = cluster(pair)
+    broker = Killed(1)
+    broker.topics = first.broker.topics
+    first.runtime.sender = broker
+    first.send("l", 0, orjson.dumps({"uuid": "l-1", "activation": "x"}), ts=100)
+    await first.pump()
+    committed = dict(first.read)  # l's records are done with
+    broker.armed = True
+    first.send("r", 0, orjson.dumps({"uuid": "r-1", "activation": "x"}), ts=101)
+    with pytest.raises(_Crash):
+        await first.pump()
+    assert journal(first)[-2:] == [("pair", "processed", "l-1"), ("pair", "processed", "r-1")]
+
+    # The restart: the same durable state; r's records are delivered again.
+    second = cluster(pair)
+    second.broker.topics = first.broker.topics
+    second.state = first.state
+    second.read = committed
+    await second.pump()
+    second.broker.append(second.names.route, 0, _control(wire.TICK, ts=200))
+    await second.pump()
+    outcomes: dict[str, list[str]] = {}
+    for trigger, outcome, identity in journal(second):
+        if trigger == "pair":
+            outcomes.setdefault(identity, []).append(outcome)
+    assert outcomes["l-1"] == ["join-pending", "processed", "duplicate"]
+    assert outcomes["r-1"][0] == "processed"
+    assert "join-expired" not in outcomes["r-1"] and len(outcomes["r-1"]) >= 2
+    reason = next(line["reason"] for line in second.journal()
+                  if line["identity"] == "l-1" and line["outcome"] == "duplicate")
+    assert "r-1" in reason
