@@ -159,7 +159,10 @@ class PartitionWorker(ControlMixin):
         worker (stops_the_worker) is logged with the coordinates of the record at hand.
         """
         async with self.lock:
-            self.rt.metrics.documents += len(deliveries)
+            route = self.rt.names.route
+            # Documents come in on input topics; the route topic carries them a second
+            # time (and clock ticks, commands): those are not counted again.
+            self.rt.metrics.documents += sum(1 for d in deliveries if d.topic != route)
             self.last_record_at = self.rt.monotonic()
             self.handling = 0
             self.durable = 0

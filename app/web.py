@@ -20,7 +20,7 @@ from faust.web import Request, Response, View
 from onceflow.agents import wire
 from onceflow.agents.faust_app import OnceflowApp
 from onceflow.agents.health import liveness, readiness
-from onceflow.agents.metrics import prometheus_text
+from onceflow.agents.metrics import Gauges, exposition, worker_registry
 from onceflow.history import HistoryEntry, entry_key
 from onceflow.keys import key_prefix
 from onceflow.tables.outbox import Outbox
@@ -246,8 +246,7 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             return self.json({"trigger": name, "action": action, "partitions": partitions},
                              status=202)
 
-    @app.page("/metrics")
-    async def metrics(web: Any, request: Request) -> Response:
+    def gauges() -> Gauges:
         facts = runtime.snapshot()
         lag = {}
         monitor = app.monitor
@@ -256,12 +255,16 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             if end is not None:
                 lag[(tp.topic, tp.partition)] = max(
                     0, end - (monitor.tp_committed_offsets.get(tp) or 0))
-        text = prometheus_text(
-            runtime.metrics,
-            open_joins={n: f["open_joins"] for n, f in facts.items()},
-            history_entries={n: f["history_entries"] for n, f in facts.items()},
-            lag=lag, suspended={n: f["suspended"] for n, f in facts.items()})
-        return web.text(text, content_type="text/plain; version=0.0.4")
+        return Gauges(open_joins={n: f["open_joins"] for n, f in facts.items()},
+                      history_entries={n: f["history_entries"] for n, f in facts.items()},
+                      lag=lag, suspended={n: f["suspended"] for n, f in facts.items()})
+
+    registry = worker_registry(runtime.metrics, gauges)
+
+    @app.page("/metrics")
+    async def metrics(web: Any, request: Request) -> Response:
+        body, content_type = exposition(registry, request.headers.get("Accept"))
+        return web.bytes(body, headers={"Content-Type": content_type})
 
     app.page("/history/{trigger}/{identity}")(HistoryView)
     app.page("/joins/{trigger}/{activation}")(JoinView)

@@ -147,7 +147,7 @@ def test_views_answer_from_both_workers_and_suspension_needs_the_token(
     assert 'onceflow_journal_records_total{trigger="orders",outcome="processed"}' in text
     assert "onceflow_service_seconds_bucket{" in text
     assert 'onceflow_open_joins{trigger="pairs"}' in text
-    assert "onceflow_consumer_lag{" in text
+    assert "onceflow_consumer_lag_records{" in text
     shown = onceflow("history", "orders", "o-1", "--web", workers[1].web_url, env=env)
     assert shown.returncode == 0, shown.stderr
     assert orjson.loads(shown.stdout)["entry"]["completed"] is True
