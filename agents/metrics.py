@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import bisect
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from onceflow import __version__
@@ -19,6 +19,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+RECENT_JOURNAL = 500
 # Seconds; the upper bounds of the service latency histogram.
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                    30.0, 60.0)
@@ -47,14 +48,17 @@ class Metrics:
     def __init__(self) -> None:
         self.outcomes: Counter[tuple[str, str]] = Counter()
         self.ingress: Counter[tuple[str, str]] = Counter()
+        # The newest journal records this worker wrote (the console's live tail).
+        self.recent: deque[JournalRecord] = deque(maxlen=RECENT_JOURNAL)
         self.latency: dict[str, Histogram] = {}
         self.batches = 0
         self.documents = 0
 
-    def count_journal(self, records: Iterable[JournalRecord]) -> None:
+    def count_journal(self, records: Sequence[JournalRecord]) -> None:
         """Count journal records by trigger and outcome (ingress ones by topic)."""
         outcomes = self.outcomes
         ingress = self.ingress
+        self.recent.extend(records)
         for record in records:
             if record.trigger is None:
                 ingress[(record.topic or "", record.outcome)] += 1

@@ -12,6 +12,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -28,7 +29,7 @@ from onceflow.ingress import Ingress
 from onceflow.journal import IN_DOUBT
 from onceflow.scenario import parse_record_line
 from onceflow.tables.outbox import record_size
-from onceflow.triggers import ALL, ONLY_ONE, load_triggers
+from onceflow.triggers import ALL, ONLY_ONE, TriggerDef, TriggerSet, load_triggers
 
 from .kafka import Producer, read_topic
 from .process import WorkerUnreachable, http_json
@@ -286,105 +287,116 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
              outcome: str, identities: list[str], dry_run: bool) -> int:
     """`onceflow resubmit`: decide in-doubt or error documents of a trigger again.
 
-    For each journal record of that outcome (optionally only some identities) the original
-    record is read back from its input topic and routed to the trigger alone with its
-    delivery count raised, right after a control message that removes its history entry:
-    the processing-only entry of an in-doubt document, the failed entry of an error
-    document.  So the document is New again; a document that completed in the meantime
-    keeps its completed entry and comes out Duplicate.
-
-    Every record is built and measured before anything is sent: a routed document larger
-    than ONCEFLOW_MAX_RECORD_BYTES (an original near the limit, with its routing data)
-    stops the command with nothing resubmitted, naming each such document.
+    See resubmit_documents; each resubmitted document is told on stdout, each skipped
+    one on stderr.
     """
     triggers = load_triggers(Path(triggers_path))
     try:
         trigger = triggers.by_name(trigger_name)
     except KeyError as exc:
         raise OnceflowError(f"{triggers_path}: {exc.args[0]}") from None
+
+    def tell(line: str) -> None:
+        print(f"onceflow: {line}", file=sys.stderr)
+
+    done = asyncio.run(resubmit_documents(triggers, trigger, settings, outcome=outcome,
+                                          identities=identities, dry_run=dry_run, tell=tell))
+    for where in done:
+        print(f"onceflow: resubmit {trigger.name} {where}")
+    count = len(done)
+    if not dry_run and count and not settings.route_signer().enabled:
+        tell("ONCEFLOW_ADMIN_TOKEN is not set, so these records are not signed: workers "
+             "that have an admin token refuse them (bad-input on onceflow.route)")
+    print(f"onceflow: {count} {outcome} document(s) of {trigger.name!r} "
+          f"{'would be ' if dry_run else ''}resubmitted")
+    return 0
+
+
+async def resubmit_documents(triggers: TriggerSet, trigger: TriggerDef,
+                             settings: WorkerSettings, *, outcome: str,
+                             identities: list[str], dry_run: bool,
+                             tell: Callable[[str], None]) -> list[str]:
+    """Decide in-doubt or error documents of a trigger again; where each one came from.
+
+    For each journal record of that outcome (optionally only some identities) the original
+    record is read back from its input topic and routed to the trigger alone with its
+    delivery count raised, right after a control message that removes its history entry:
+    the processing-only entry of an in-doubt document, the failed entry of an error
+    document.  So the document is New again; a document that completed in the meantime
+    keeps its completed entry and comes out Duplicate.  `tell` hears what is skipped.
+
+    Every record is built and measured before anything is sent: a routed document larger
+    than ONCEFLOW_MAX_RECORD_BYTES (an original near the limit, with its routing data)
+    stops with nothing resubmitted (OnceflowError), naming each such document.
+    """
     names = wire.Names(settings.topic_prefix)
     wanted = set(identities)
     kind = "processing" if outcome == IN_DOUBT else "failed"
     limit = settings.max_record_bytes
-
-    async def run() -> int:
-        journal = await read_topic(settings.cluster, names.journal)
-        chosen: dict[tuple[str, int, int], None] = {}
-        for record in journal:
-            line = _journal_line(record)
-            if line is None:
+    journal = await read_topic(settings.cluster, names.journal)
+    chosen: dict[tuple[str, int, int], None] = {}
+    for record in journal:
+        line = _journal_line(record)
+        if line is None:
+            continue
+        if line.get("trigger") == trigger.name and line.get("outcome") == outcome and (
+                not wanted or line.get("identity") in wanted):
+            topic, partition, offset = (line.get("topic"), line.get("partition"),
+                                        line.get("offset"))
+            if not (isinstance(topic, str) and isinstance(partition, int)
+                    and isinstance(offset, int)):
+                tell(f"journal record {record.partition}@{record.offset} has no record "
+                     f"coordinates; skipped")
                 continue
-            if line.get("trigger") == trigger.name and line.get("outcome") == outcome and (
-                    not wanted or line.get("identity") in wanted):
-                topic, partition, offset = (line.get("topic"), line.get("partition"),
-                                            line.get("offset"))
-                if not (isinstance(topic, str) and isinstance(partition, int)
-                        and isinstance(offset, int)):
-                    print(f"onceflow: journal record {record.partition}@{record.offset} has "
-                          f"no record coordinates; skipped", file=sys.stderr)
-                    continue
-                chosen[(topic, partition, offset)] = None
-        shadow = Ingress(triggers, {}, MemoryState().id_store)
-        signer = settings.route_signer()
-        planned: list[tuple[str, int, bytes, list[tuple[bytes, Headers]]]] = []
-        too_large: list[str] = []
-        for topic, partition, offset in chosen:
-            original = await _original(settings.cluster, names.topic(topic),
-                                       partition, offset)
-            if original is None:
-                print(f"onceflow: {topic}/{partition}@{offset} is no longer on its topic; "
-                      f"skipped", file=sys.stderr)
-                continue
-            record = Record(topic, partition, offset, original.timestamp / 1000,
-                            decode_value(original.value),
-                            original.key.decode() if original.key else None,
-                            wire.header_dict(list(original.headers or ())))
-            doc, _, _ = shadow.admit_into(record, 0, [])
-            if doc is None:
-                continue
-            doc.delivery_count = max(2, doc.delivery_count + 1)
-            key = wire.routing_key(trigger, doc)
-            entry = entry_key(trigger.routes_by_activation and doc.activation is not None,
-                              doc.identity, doc.activation)
-            forget = wire.control_message(wire.FORGET, trigger=trigger.name, key=entry,
-                                          only=kind)
-            routed = wire.doc_message([trigger.name], doc)
-            target = wire.route_partition(key, settings.partitions)
-            values = [(value, signer.headers(names.route, target, value))
-                      for value in (forget, routed)]
-            size = max(record_size(key.encode(), value, headers) for value, headers in values)
-            where = f"{doc.identity} ({topic}/{partition}@{offset})"
-            if size > limit:
-                too_large.append(f"document {where}: with its routing data it is "
-                                 f"about {size} bytes, more than ONCEFLOW_MAX_RECORD_BYTES "
-                                 f"({limit})")
-                continue
-            planned.append((where, target, key.encode(), values))
-        if too_large:
-            raise OnceflowError(
-                f"resubmit of {trigger.name!r}: the broker would refuse "
-                + "; ".join(too_large) + ". Nothing was resubmitted; resubmit the others "
-                "with --identity")
-        for where, _, _, _ in planned:
-            print(f"onceflow: resubmit {trigger.name} {where}")
-        if dry_run or not planned:
-            return len(planned)
-        if not signer.enabled:
-            print("onceflow: ONCEFLOW_ADMIN_TOKEN is not set, so these records are not "
-                  "signed: workers that have an admin token refuse them (bad-input on "
-                  "onceflow.route)", file=sys.stderr)
-        async with Producer(settings.cluster) as producer:
-            for _, target, key, values in planned:
-                for value, headers in values:
-                    await producer.send(names.route, value, key=key, partition=target,
-                                        headers=headers)
-            await producer.flush()
-        return len(planned)
-
-    count = asyncio.run(run())
-    print(f"onceflow: {count} {outcome} document(s) of {trigger.name!r} "
-          f"{'would be ' if dry_run else ''}resubmitted")
-    return 0
+            chosen[(topic, partition, offset)] = None
+    shadow = Ingress(triggers, {}, MemoryState().id_store)
+    signer = settings.route_signer()
+    planned: list[tuple[str, int, bytes, list[tuple[bytes, Headers]]]] = []
+    too_large: list[str] = []
+    for topic, partition, offset in chosen:
+        original = await _original(settings.cluster, names.topic(topic), partition, offset)
+        if original is None:
+            tell(f"{topic}/{partition}@{offset} is no longer on its topic; skipped")
+            continue
+        record = Record(topic, partition, offset, original.timestamp / 1000,
+                        decode_value(original.value),
+                        original.key.decode() if original.key else None,
+                        wire.header_dict(list(original.headers or ())))
+        doc, _, _ = shadow.admit_into(record, 0, [])
+        if doc is None:
+            continue
+        doc.delivery_count = max(2, doc.delivery_count + 1)
+        key = wire.routing_key(trigger, doc)
+        entry = entry_key(trigger.routes_by_activation and doc.activation is not None,
+                          doc.identity, doc.activation)
+        forget = wire.control_message(wire.FORGET, trigger=trigger.name, key=entry,
+                                      only=kind)
+        routed = wire.doc_message([trigger.name], doc)
+        target = wire.route_partition(key, settings.partitions)
+        values = [(value, signer.headers(names.route, target, value))
+                  for value in (forget, routed)]
+        size = max(record_size(key.encode(), value, headers) for value, headers in values)
+        where = f"{doc.identity} ({topic}/{partition}@{offset})"
+        if size > limit:
+            too_large.append(f"document {where}: with its routing data it is "
+                             f"about {size} bytes, more than ONCEFLOW_MAX_RECORD_BYTES "
+                             f"({limit})")
+            continue
+        planned.append((where, target, key.encode(), values))
+    if too_large:
+        raise OnceflowError(
+            f"resubmit of {trigger.name!r}: the broker would refuse "
+            + "; ".join(too_large) + ". Nothing was resubmitted; resubmit the others "
+            "with --identity")
+    if dry_run or not planned:
+        return [where for where, _, _, _ in planned]
+    async with Producer(settings.cluster) as producer:
+        for _, target, key, values in planned:
+            for value, headers in values:
+                await producer.send(names.route, value, key=key, partition=target,
+                                    headers=headers)
+        await producer.flush()
+    return [where for where, _, _, _ in planned]
 
 
 def _journal_line(record: Any, *, quiet: bool = False) -> dict[str, Any] | None:

@@ -21,16 +21,22 @@ from onceflow.agents import wire
 from onceflow.agents.faust_app import OnceflowApp
 from onceflow.agents.health import liveness, readiness
 from onceflow.agents.metrics import Gauges, exposition, worker_registry
+from onceflow.durations import format_duration
+from onceflow.errors import OnceflowError
 from onceflow.history import HistoryEntry, entry_key
+from onceflow.journal import ERROR, IN_DOUBT
 from onceflow.keys import key_prefix
 from onceflow.tables.outbox import Outbox
 from onceflow.tables.state import PartitionStore, TableBuffer
 
+from .console import add_console
+from .ops import resubmit_documents
 from .settings import WorkerSettings
 
 log = logging.getLogger("onceflow.web")
 # How long a forwarded request may take at the owning worker.
 FORWARD_TIMEOUT = 10.0
+RESUBMIT = "resubmit"
 
 
 def retry_after(app: OnceflowApp) -> dict[str, str]:
@@ -214,6 +220,7 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             return self.json({"trigger": trigger, "identity": identity,
                               "activation": activation, "entry": entry,
                               "history_ttl": definition.history_ttl,
+                              "history_ttl_text": format_duration(definition.history_ttl),
                               "partition": partition, "worker": str(app.conf.canonical_url)})
 
     class JoinView(View):
@@ -234,8 +241,11 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
                 return self.error(403, "this needs the admin token (ONCEFLOW_ADMIN_TOKEN)")
             if name not in by_name:
                 return self.error(404, f"no trigger named {name!r}")
+            if action == RESUBMIT:
+                return await self.resubmit(request, name)
             if action not in (wire.SUSPEND, wire.RESUME):
-                return self.error(404, f"unknown action {action!r}: suspend or resume")
+                return self.error(404, f"unknown action {action!r}: suspend, resume or "
+                                  "resubmit")
             outbox = Outbox()
             reason = "suspended by command" if action == wire.SUSPEND else "resumed by command"
             for partition in range(partitions):
@@ -245,6 +255,33 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             await runtime.sender.send(outbox)
             return self.json({"trigger": name, "action": action, "partitions": partitions},
                              status=202)
+
+        async def resubmit(self, request: Request, name: str) -> Response:
+            """Body {"outcome": "in-doubt" or "error", "identities": [...] (none: all)}."""
+            try:
+                body = orjson.loads(await request.read())
+            except (orjson.JSONDecodeError, UnicodeError):
+                return self.error(400, "the body must be a JSON object")
+            outcome = body.get("outcome") if isinstance(body, dict) else None
+            identities = body.get("identities", []) if isinstance(body, dict) else None
+            if outcome not in (IN_DOUBT, ERROR):
+                return self.error(400, f'"outcome" must be "{IN_DOUBT}" or "{ERROR}"')
+            if not (isinstance(identities, list) and len(identities) <= 1000
+                    and all(isinstance(i, str) and len(i) <= 1000 for i in identities)):
+                return self.error(400, '"identities" must be a list of at most 1000 '
+                                  "strings (none: every document of that outcome)")
+            skipped: list[str] = []
+            try:
+                done = await resubmit_documents(
+                    runtime.triggers, by_name[name], settings, outcome=outcome,
+                    identities=identities, dry_run=False, tell=skipped.append)
+            except OnceflowError as exc:
+                return self.error(409, str(exc))
+            except Exception as exc:  # the broker's failure: the worker goes on
+                log.warning("resubmit of %s failed: %r", name, exc)
+                return unavailable(app, self, f"resubmit failed: {exc}; retry shortly")
+            return self.json({"trigger": name, "outcome": outcome, "resubmitted": done,
+                              "skipped": skipped}, status=202)
 
     def gauges() -> Gauges:
         facts = runtime.snapshot()
@@ -266,6 +303,7 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
         body, content_type = exposition(registry, request.headers.get("Accept"))
         return web.bytes(body, headers={"Content-Type": content_type})
 
+    add_console(app, settings, local_triggers, merge_triggers)
     app.page("/history/{trigger}/{identity}")(HistoryView)
     app.page("/joins/{trigger}/{activation}")(JoinView)
     app.page("/triggers/{name}/{action}")(CommandView)

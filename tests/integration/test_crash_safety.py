@@ -310,10 +310,5 @@ def test_no_document_runs_twice_or_is_lost_across_kills(
             if status == 200:  # 0: no answer (not listening yet, or killed)
                 assert_ready_means_processing(body, worker)
     contradicting = contradictions(lines)
-    if contradicting:
-        # Open defect (issue 8 item 6): in runs at load 5-7, 2 of 20,000 records were
-        # journaled `processed` (a join that ran once) and later `join-expired` after a
-        # SIGKILL; the cause is not found yet.  The check stays and reports them as an
-        # expected failure; with none found the test passes.
-        pytest.xfail(f"{len(contradicting)} records whose terminal journal records "
-                     f"contradict each other: {contradicting[:10]}")
+    assert not contradicting, (f"{len(contradicting)} records whose terminal journal records "
+                               f"contradict each other: {contradicting[:10]}")

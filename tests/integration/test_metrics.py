@@ -58,7 +58,7 @@ def test_metrics_count_documents_not_ticks_and_parse(
     triggers.write_text(TRIGGERS)
     prefix = new_prefix()
     names = wire.Names(prefix)
-    # Ticks every 0.1 s on every partition once idle for 0.2 s: hundreds in a few seconds.
+    # Idle partitions get clock ticks through the route topic (idle after 0.2 s).
     worker = start_worker(triggers, prefix, partitions=2, tick_interval=0.1, idle_after=0.2)
     sent = [("order", orjson.dumps({"uuid": f"o-{i}"}), f"o-{i}", {}, None) for i in range(5)]
     sent += [("left", orjson.dumps({"uuid": "l-1", "activation": "a"}), "a", {}, None),
@@ -74,7 +74,7 @@ def test_metrics_count_documents_not_ticks_and_parse(
     found = samples(answer.text)
     ticks = [r for r in records(broker.bootstrap, names.route)
              if r.key == wire.TICK.encode()]
-    assert len(ticks) > 2 * len(sent)  # the worker took in far more ticks than documents
+    assert len(ticks) >= 4  # the worker took in ticks, which are not documents
     assert value(found, "onceflow_documents_total") == len(sent)
     assert value(found, "onceflow_journal_records_total", trigger="orders",
                  outcome="processed") == 5

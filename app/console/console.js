@@ -1,0 +1,259 @@
+// The onceflow console: reads the worker's JSON views and renders them as DOM nodes.
+// Text from documents is only ever set with textContent, never parsed as HTML.
+"use strict";
+
+const TOKEN_KEY = "onceflow-admin-token";
+const $ = (selector) => document.querySelector(selector);
+
+function el(tag, text, className) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (className) node.className = className;
+  return node;
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const cell of cells) {
+    const td = document.createElement("td");
+    if (cell instanceof Node) td.appendChild(cell); else td.textContent = cell ?? "";
+    tr.appendChild(td);
+  }
+  return tr;
+}
+
+function when(ts) {
+  if (ts === null || ts === undefined) return "";
+  const date = new Date(ts * 1000);
+  return isNaN(date.getTime()) ? String(ts) : date.toISOString().replace("T", " ").replace("Z", "");
+}
+
+function say(message, failed) {
+  const status = $("#status");
+  status.textContent = message;
+  status.className = failed ? "error" : "";
+}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+function showTokenState() {
+  $("#token-state").textContent = token() ? "token set for this tab" : "no token";
+}
+
+async function getJSON(path) {
+  const response = await fetch(path, { headers: { Accept: "application/json" } });
+  let body = null;
+  try { body = await response.json(); } catch (e) { body = null; }
+  if (!response.ok) {
+    const why = body && (body.error || body.reason) ? (body.error || body.reason) : response.statusText;
+    throw new Error(`${path}: ${response.status} ${why}`);
+  }
+  return body;
+}
+
+async function post(path, body) {
+  if (!token()) { say("Enter the admin token first.", true); return null; }
+  const response = await fetch(path, {
+    method: "POST",
+    headers: { Authorization: "Bearer " + token(), Accept: "application/json",
+               "Content-Type": "application/json" },
+    body: body === undefined ? "" : JSON.stringify(body),
+  });
+  let answer = null;
+  try { answer = await response.json(); } catch (e) { answer = null; }
+  if (!response.ok) {
+    const why = answer && (answer.error || answer.reason) ? (answer.error || answer.reason) : response.statusText;
+    say(`${path}: ${response.status} ${why}`, true);
+    return null;
+  }
+  return answer;
+}
+
+let knownTriggers = [];
+
+function fillSelect(select, names) {
+  if (select.options.length === names.length) return;
+  const chosen = select.value;
+  select.replaceChildren(...names.map((name) => { const o = el("option", name); o.value = name; return o; }));
+  if (names.includes(chosen)) select.value = chosen;
+}
+
+function renderTriggers(triggers) {
+  const body = $("#triggers tbody");
+  const rows = [];
+  for (const name of Object.keys(triggers).sort()) {
+    const t = triggers[name];
+    const d = t.definition;
+    const counts = el("span", null, "counts");
+    const outcomes = Object.keys(t.counts).sort();
+    if (!outcomes.length) counts.appendChild(el("span", "none yet", "muted"));
+    for (const outcome of outcomes) counts.appendChild(el("span", `${outcome} ${t.counts[outcome]}`));
+    const state = t.suspended
+      ? el("span", "suspended" + (t.reason ? ` (${t.reason})` : ""), "suspended")
+      : el("span", "running", "running");
+    const button = el("button", t.suspended ? "Resume" : "Suspend", t.suspended ? "resume" : "suspend");
+    button.type = "button";
+    button.addEventListener("click", () => command(name, t.suspended ? "resume" : "suspend"));
+    const tr = row([name, d.types.length > 1 ? d.condition : "simple", d.types.join(", "),
+                    d.types.length > 1 ? d.join_timeout : "", d.history_ttl, counts,
+                    t.open_joins, t.held, state, button]);
+    tr.dataset.trigger = name;
+    tr.cells[8].className = "state";
+    rows.push(tr);
+  }
+  body.replaceChildren(...rows);
+  knownTriggers = Object.keys(triggers).sort();
+  fillSelect($("#history-trigger"), knownTriggers);
+  fillSelect($("#docs-trigger"), knownTriggers);
+}
+
+function renderJoins(joins, triggers) {
+  const rows = joins.map((j) => {
+    const waiting = j.waiting.length
+      ? j.waiting.map((m) => `${m.type}: ${m.identity}`).join("; ")
+      : (j.window_of ? `window after ${j.window_of}` : "");
+    const tr = row([j.trigger, j.activation, waiting, j.deadline === null ? "never" : when(j.deadline),
+                    j.partition]);
+    tr.dataset.activation = j.activation;
+    return tr;
+  });
+  if (!rows.length) rows.push(row([el("span", "no open joins", "muted")]));
+  $("#joins tbody").replaceChildren(...rows);
+}
+
+function renderWorkers(data) {
+  const box = $("#workers");
+  const parts = [];
+  for (const w of data.workers) {
+    const block = el("div");
+    block.className = "worker";
+    block.dataset.url = w.url;
+    const title = el("h3", `${w.url}${w.url === data.worker ? " (this worker)" : ""}: ` +
+                     (w.ready ? "ready" : "not ready"));
+    block.appendChild(title);
+    if (!w.ready && w.reasons.length) block.appendChild(el("p", w.reasons.join("; "), "muted"));
+    const table = el("table");
+    const head = row(["topic", "partition", "committed", "end", "lag"]);
+    table.appendChild(head);
+    for (const p of w.partitions) table.appendChild(row([p.topic, p.partition, p.committed, p.end, p.lag]));
+    block.appendChild(table);
+    parts.push(block);
+  }
+  for (const url of data.unreachable || []) parts.push(el("p", `${url} does not answer`, "suspended"));
+  box.replaceChildren(...parts);
+}
+
+async function refresh() {
+  try {
+    const data = await getJSON("/overview");
+    $("#worker").textContent = `${data.workers.length} worker(s); this page from ${data.worker}`;
+    renderTriggers(data.triggers);
+    renderJoins(data.joins, data.triggers);
+    renderWorkers(data);
+  } catch (error) {
+    say(String(error.message || error), true);
+  }
+}
+
+async function refreshJournal() {
+  try {
+    const data = await getJSON("/journal/tail");
+    const rows = data.records.slice(-100).reverse().map((r) => {
+      const tr = row([when(r.ts), r.trigger ?? "(ingress)", r.outcome, r.identity, r.activation,
+                      r.topic == null ? "" : `${r.topic}/${r.partition}@${r.offset}`, r.reason]);
+      tr.dataset.identity = r.identity ?? "";
+      tr.dataset.outcome = r.outcome;
+      tr.cells[6].className = "reason";
+      return tr;
+    });
+    $("#journal tbody").replaceChildren(...rows);
+  } catch (error) {
+    say(String(error.message || error), true);
+  }
+}
+
+async function command(name, action) {
+  const answer = await post(`/triggers/${encodeURIComponent(name)}/${action}`);
+  if (answer) {
+    say(`${action === "suspend" ? "Suspended" : "Resumed"} ${name} on ${answer.partitions} partition(s).`);
+    setTimeout(refresh, 500);
+  }
+}
+
+async function lookUp(event) {
+  event.preventDefault();
+  const trigger = $("#history-trigger").value;
+  const identity = $("#history-identity").value;
+  const activation = $("#history-activation").value;
+  let path = `/history/${encodeURIComponent(trigger)}/${encodeURIComponent(identity)}`;
+  if (activation) path += `?activation=${encodeURIComponent(activation)}`;
+  const out = $("#history-result");
+  try {
+    const data = await getJSON(path);
+    out.textContent = data.entry
+      ? `${identity}: ${data.entry.completed ? (data.entry.failed ? "completed (failed)" : "completed") : "processing"}` +
+        ` since ${when(data.entry.started)}; kept for ${data.history_ttl_text || data.history_ttl + " s"}` +
+        ` (partition ${data.partition})`
+      : `${identity}: no history entry (partition ${data.partition})`;
+  } catch (error) {
+    out.textContent = String(error.message || error);
+  }
+}
+
+let shownDocuments = [];
+
+async function loadDocuments(event) {
+  if (event) event.preventDefault();
+  const trigger = $("#docs-trigger").value;
+  const outcome = $("#docs-outcome").value;
+  try {
+    const data = await getJSON(`/documents/${encodeURIComponent(trigger)}?outcome=${encodeURIComponent(outcome)}`);
+    shownDocuments = data.documents;
+    const rows = data.documents.map((d) => {
+      const button = el("button", "Resubmit", "resubmit");
+      button.type = "button";
+      button.addEventListener("click", () => resubmit([d.identity]));
+      const failure = d.value && typeof d.value === "object" && d.value.error;
+      const reason = d.reason || (failure ? `${failure.type}: ${failure.message}` : "");
+      const tr = row([d.identity, d.activation, when(d.ts), reason,
+                      JSON.stringify(d.value), button]);
+      tr.dataset.identity = d.identity ?? "";
+      tr.cells[3].className = "reason";
+      tr.cells[4].className = "doc";
+      return tr;
+    });
+    if (!rows.length) rows.push(row([el("span", `no ${outcome} documents on ${data.topic}`, "muted")]));
+    $("#docs tbody").replaceChildren(...rows);
+  } catch (error) {
+    say(String(error.message || error), true);
+  }
+}
+
+async function resubmit(identities) {
+  const trigger = $("#docs-trigger").value;
+  const outcome = $("#docs-outcome").value;
+  const answer = await post(`/triggers/${encodeURIComponent(trigger)}/resubmit`,
+                            { outcome, identities: identities.filter((i) => i) });
+  if (answer) {
+    say(`Resubmitted ${answer.resubmitted.length} ${outcome} document(s) of ${trigger}` +
+        (answer.skipped.length ? `; skipped: ${answer.skipped.join("; ")}` : "."));
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("#token").value);
+    $("#token").value = "";
+    showTokenState();
+  });
+  $("#token-forget").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); showTokenState(); });
+  $("#history-form").addEventListener("submit", lookUp);
+  $("#docs-form").addEventListener("submit", loadDocuments);
+  $("#docs-resubmit-all").addEventListener("click", () => resubmit(shownDocuments.map((d) => d.identity)));
+  showTokenState();
+  refresh();
+  refreshJournal();
+  setInterval(refresh, 3000);
+  setInterval(refreshJournal, 2000);
+});
