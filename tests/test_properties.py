@@ -21,7 +21,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onceflow.calls import CallContext, Callee
@@ -216,19 +215,31 @@ def message_id(record: Record) -> str:
     return record.headers.get("message-id") or f"{record.topic}/{record.partition}@{record.offset}"
 
 
+def delivery_counts(scenario: Scenario) -> list[int]:
+    """Each record's delivery count: its header, else 2 for an offset at or below the
+    highest one seen on its partition (the broker handing a record over again), else 1."""
+    highest: dict[tuple[str, int], int] = {}
+    counts = []
+    for record in scenario.records:
+        tp = (record.topic, record.partition)
+        count = 2 if record.offset <= highest.get(tp, -1) else 1
+        highest[tp] = max(record.offset, highest.get(tp, -1))
+        if "delivery-count" in record.headers:
+            count = parse_delivery_count(record.headers["delivery-count"])
+        counts.append(count)
+    return counts
+
+
 def reference_ingress(scenario: Scenario) -> tuple[dict[int, str], dict[int, set[str]],
                                                    dict[tuple[str, int], ReferenceIdCache]]:
     """Per position: the ingress outcome when rejected, else the triggers that take it."""
     caches: dict[tuple[str, int], ReferenceIdCache] = {}
     rejected: dict[int, str] = {}
     routed: dict[int, set[str]] = {}
-    highest: dict[tuple[str, int], int] = {}
+    counts = delivery_counts(scenario)
     for position, record in enumerate(scenario.records):
         tp = (record.topic, record.partition)
-        count = 2 if record.offset <= highest.get(tp, -1) else 1
-        highest[tp] = max(record.offset, highest.get(tp, -1))
-        if "delivery-count" in record.headers:
-            count = parse_delivery_count(record.headers["delivery-count"])
+        count = counts[position]
         dup = record.headers.get("dup-id")
         if dup is not None:
             size = scenario.triggers.topic(record.topic).id_cache_size
@@ -274,6 +285,7 @@ def redeliveries_of_waiting_members(scenario: Scenario, journal: list[JournalRec
     is still open at the end).
     """
     records = scenario.records
+    counts = delivery_counts(scenario)
     out = set()
     waiting: dict[tuple[str, int], int] = {}  # (trigger, position) pending -> journal index
     for index, record in enumerate(journal):
@@ -283,12 +295,12 @@ def redeliveries_of_waiting_members(scenario: Scenario, journal: list[JournalRec
         if record.outcome == JOIN_PENDING:
             if record.reason == WAITING_AGAIN:
                 later = records[record.position]
-                count = later.headers.get("delivery-count")
+                count = counts[record.position]
                 first = [q for (name, q) in waiting if name == record.trigger
                          and records[q].topic == later.topic
                          and records[q].partition == later.partition
                          and (records[q].offset == later.offset
-                              or (count is not None and parse_delivery_count(count) > 1
+                              or (count > 1
                                   and message_id(records[q]) == message_id(later)))]
                 assert first, f"{key} reported waiting again, but no such member waits"
                 out.add(key)
@@ -323,12 +335,6 @@ def assert_first_terminal_records_stand(journal: list[JournalRecord]) -> None:
 
 # -- (a) exactly one terminal record ------------------------------------------------------------
 
-# Open defect, found by this property on 2026-11-23: with message ids repeated across
-# offsets and delivery-count 2, the core can journal a delivery "waiting again" in a join
-# where this model finds no such member waiting.  Not strict: a random search does not
-# always find it (one run found it, the next did not; the derandomized search finds it).
-@pytest.mark.xfail(reason="open defect: 'reported waiting again, but no such member "
-                          "waits' (session 3 closing note)", strict=False)
 @SETTINGS
 @given(scenarios())
 def test_every_record_ends_in_exactly_one_terminal_record_per_taker(scenario: Scenario) -> None:
@@ -372,6 +378,37 @@ def test_every_record_ends_in_exactly_one_terminal_record_per_taker(scenario: Sc
     by_name = {t.name: t for t in scenario.triggers.triggers}
     for (name, _), n in retries.items():
         assert name is not None and n <= by_name[name].max_retry_attempts
+
+
+def test_a_redelivery_of_a_copy_with_the_waiting_members_message_id_is_absorbed() -> None:
+    """Found by the property above (derandomized search, 2026-11-23).
+
+    A 'b' document waits (offset 1, message id m1); a producer retry of it (offset 2, the
+    same message id) is discarded; the broker then hands offset 2 over again (delivery
+    count 2).  A delivery count above 1 with the waiting member's message id is that
+    member's redelivery (spec section 2), so it is journaled waiting again; the model had
+    read delivery counts from headers only and missed the broker's own count.
+    """
+    triggers = parse_triggers({"trigger": [{"name": "t0", "types": ["a", "b", "c"],
+                                            "condition": "all", "join_timeout": "10s"}]})
+    lines = [{"topic": "a", "partition": 0, "offset": 0, "ts": 0,
+              "value": {"uuid": "u1", "activation": "x"}},
+             {"topic": "a", "partition": 0, "offset": 1, "ts": 0, "headers": {"message-id": "m1"},
+              "value": {"uuid": "u1", "activation": "x", "type": "b"}},
+             {"topic": "a", "partition": 0, "offset": 2, "ts": 0, "headers": {"message-id": "m1"},
+              "value": {"uuid": "u1", "activation": "x", "type": "b"}},
+             {"topic": "a", "partition": 0, "offset": 2, "ts": 0, "headers": {"message-id": "m1"},
+              "value": {"uuid": "u1", "activation": "x", "type": "b"}}]
+    highest: dict[tuple[str, int], int] = {}
+    first: dict[tuple[str, int, int], Any] = {}
+    scenario = Scenario(triggers, [parse_record_line(line, highest, first, "example")
+                                   for line in lines])
+    journal, _, _ = run(scenario)
+    assert [(r.position, r.outcome) for r in journal] == [
+        (0, "join-pending"), (1, "join-pending"), (2, "join-discarded"), (3, "join-pending")]
+    assert journal[3].reason == WAITING_AGAIN
+    check = test_every_record_ends_in_exactly_one_terminal_record_per_taker
+    check.hypothesis.inner_test(scenario)  # type: ignore[attr-defined]
 
 
 # -- (b) never twice inside the TTL -----------------------------------------------------------
