@@ -20,7 +20,7 @@ Checks:
 from __future__ import annotations
 
 import marshal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,11 +230,19 @@ def input_records(spark: Any, archive: Archive, triggers: TriggerSet,
 
 
 
+# Told the name of each step of an audit, and the input records once they are counted.
+Step = Callable[[str, int | None], None]
+
+
+def _no_step(name: str, records: int | None) -> None:
+    """No progress to show."""
+
+
 class Auditor:
     """Audits journals against one archive; the archive is read once, then kept."""
 
     def __init__(self, spark: Any, archive: Archive, triggers: TriggerSet, *,
-                 partitions: int | None = None) -> None:
+                 partitions: int | None = None, step: Step | None = None) -> None:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -243,6 +251,8 @@ class Auditor:
         self.archive = archive
         self.triggers = triggers
         self.spark = spark
+        self.step: Step = step or _no_step
+        self.step("reading the archive", None)
         partitions = partitions or default_partitions(spark)
         self.inputs = keyed(input_records(spark, archive, triggers, partitions)).persist(
             StorageLevel.MEMORY_AND_DISK)
@@ -268,13 +278,18 @@ class Auditor:
 
         result = AuditResult(records=self.records, first_ts=self.first_ts,
                              last_ts=self.last_ts)
+        step = self.step
+        step("reading the journal", self.records)
         journal = keyed(read_journal(self.spark, journal_path)).persist(
             StorageLevel.MEMORY_AND_DISK)
         try:
             result.journal_records = journal.count()
+            step("checking terminal outcomes", self.records)
             check_outcomes(self.archive, self.triggers, self.by_key, journal, result.last_ts,
                            result, limit)
+            step("checking service runs", self.records)
             check_runs(self.archive, self.triggers, self.by_key, journal, result, limit)
+            step("figures for the report", self.records)
             gather_figures(self.triggers, self.by_key, journal, result, limit)
         finally:
             journal.unpersist()
@@ -288,9 +303,10 @@ class Auditor:
 
 
 def run_audit(spark: Any, archive: Archive, journal_path: str, triggers: TriggerSet, *,
-              partitions: int | None = None, limit: int = 200) -> AuditResult:
-    """Audit one journal against an archive."""
-    auditor = Auditor(spark, archive, triggers, partitions=partitions)
+              partitions: int | None = None, limit: int = 200,
+              step: Step | None = None) -> AuditResult:
+    """Audit one journal against an archive (`step` hears each step's name)."""
+    auditor = Auditor(spark, archive, triggers, partitions=partitions, step=step)
     try:
         return auditor.check(journal_path, limit=limit)
     finally:

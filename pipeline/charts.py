@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from html import escape
 
 OUTCOME_COLOURS = {
@@ -41,9 +42,33 @@ def _ticks(top: float, count: int = 4) -> list[float]:
     return [i * step for i in range(int(top // step) + 1)]
 
 
+def time_label(ts: float, span: float) -> str:
+    """A record time on an axis: a UTC date and time when it is one, else plain seconds.
+
+    Record times before 1971 are taken for relative times (scenarios often count from 0).
+    """
+    if ts < 31_536_000 or ts > 253_402_300_799:
+        return f"{ts:,.6g} s"
+    moment = datetime.fromtimestamp(ts, tz=UTC)
+    if span >= 2 * 86_400:
+        return moment.strftime("%Y-%m-%d %H:%M")
+    if span >= 120:
+        return moment.strftime("%m-%d %H:%M")
+    return moment.strftime("%H:%M:%S.%f")[:-3]
+
+
+def _time_ticks(first: float, last: float, count: int = 5) -> list[float]:
+    """Evenly spread times on [first, last] (just `first` when they are equal)."""
+    if last <= first:
+        return [first]
+    return [first + (last - first) * i / (count - 1) for i in range(count)]
+
+
 def _frame(width: int, height: int, body: list[str], title: str, kind: str) -> str:
+    # The width follows the window (CSS scales the drawing; the viewBox keeps its shape).
     return (f"<svg xmlns='http://www.w3.org/2000/svg' class='chart' data-chart='{kind}' "
-            f"width='{width}' height='{height}' viewBox='0 0 {width} {height}' role='img' "
+            f"width='100%' viewBox='0 0 {width} {height}' preserveAspectRatio='xMinYMin meet' "
+            f"style='max-width:{width * 2}px' role='img' "
             f"aria-label='{escape(title, quote=True)}'><title>{escape(title)}</title>"
             + "".join(body) + "</svg>")
 
@@ -74,11 +99,21 @@ def stacked_columns(title: str, starts: list[float], series: dict[str, list[int]
                 body.append(f"<rect class='bar' x='{left + i * step + 1:.1f}' y='{base:.1f}' "
                             f"width='{max(step - 2, 1):.1f}' height='{h:.1f}' "
                             f"fill='{colour(outcome)}'><title>{escape(outcome)}: "
-                            f"{values[i]:,} (from ts {starts[i]:.6g})</title></rect>")
+                            f"{values[i]:,} from "
+                            f"{escape(time_label(starts[i], 3 * 86_400))}</title></rect>")
     if starts:
-        body.append(f"<text x='{left}' y='{height - 10}' {FONT}>ts {starts[0]:.6g}</text>")
-        body.append(f"<text x='{left + plot_w}' y='{height - 10}' text-anchor='end' "
-                    f"{FONT}>ts {starts[-1]:.6g}</text>")
+        # A time axis: ticks with dates (UTC) under the columns they fall on.
+        end = starts[-1] + (starts[1] - starts[0] if buckets > 1 else 0)
+        span = end - starts[0]
+        for n, tick in enumerate(_time_ticks(starts[0], end)):
+            x = left + (plot_w * (tick - starts[0]) / span if span else 0)
+            anchor = "start" if n == 0 else ("end" if x >= left + plot_w - 1 else "middle")
+            body.append(f"<line class='tick' x1='{x:.1f}' x2='{x:.1f}' y1='{top + plot_h}' "
+                        f"y2='{top + plot_h + 4}' stroke='#9e9e9e'/><text class='time' "
+                        f"x='{x:.1f}' y='{height - 12}' text-anchor='{anchor}' {FONT}>"
+                        f"{escape(time_label(tick, span))}</text>")
+        body.append(f"<text x='{left + plot_w}' y='{height}' text-anchor='end' {FONT} "
+                    f"fill='#757575'>record time (UTC)</text>")
     for n, outcome in enumerate(series):
         y = top + 4 + n * 16
         body.append(f"<rect x='{width - right + 10}' y='{y}' width='10' height='10' "
@@ -89,7 +124,12 @@ def stacked_columns(title: str, starts: list[float], series: dict[str, list[int]
 
 def histogram(title: str, values: list[float], unit: str = "s", bins: int = 30,
               width: int = 640, height: int = 220) -> str:
-    """The distribution of `values` in equal-width bins."""
+    """The distribution of `values` in bins of equal width on a log scale.
+
+    Join times span milliseconds to days, so the bins grow geometrically from the
+    smallest positive value to the largest; values of 0 (members that came together)
+    have a bin of their own at the left.
+    """
     left, right, top, bottom = 48, 16, 12, 36
     plot_w, plot_h = width - left - right, height - top - bottom
     body = []
@@ -97,12 +137,18 @@ def histogram(title: str, values: list[float], unit: str = "s", bins: int = 30,
         body.append(f"<text x='{width / 2}' y='{height / 2}' text-anchor='middle' {FONT}>"
                     f"no completed joins</text>")
         return _frame(width, height, body, title, "histogram")
-    low, high = min(values), max(values)
-    span = (high - low) / bins or 1.0
+    positive = [v for v in values if v > 0]
+    zeros = len(values) - len(positive)
+    low = min(positive) if positive else 1.0
+    high = max(positive) if positive else 1.0
+    ratio = high / low if high > low else 10.0
+    edges = [low * ratio ** (i / bins) for i in range(bins + 1)]
     counts = [0] * bins
-    for value in values:
-        counts[min(int((value - low) / span), bins - 1)] += 1
-    peak = max(counts)
+    log_low, log_span = math.log(low), math.log(ratio)
+    for value in positive:
+        counts[min(int((math.log(value) - log_low) / log_span * bins), bins - 1)] += 1
+    columns = ([zeros] if zeros else []) + counts
+    peak = max(columns)
     ticks = _ticks(peak)
     scale = plot_h / max(peak, ticks[-1])
     for tick in ticks:
@@ -110,20 +156,34 @@ def histogram(title: str, values: list[float], unit: str = "s", bins: int = 30,
         body.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{y:.1f}' y2='{y:.1f}' "
                     f"stroke='#e0e0e0'/><text x='{left - 4}' y='{y + 4:.1f}' "
                     f"text-anchor='end' {FONT}>{_number(tick)}</text>")
-    step = plot_w / bins
-    for i, count in enumerate(counts):
+    step = plot_w / len(columns)
+    labels = (["0"] if zeros else []) + [f"{edges[i]:.4g}-{edges[i + 1]:.4g}"
+                                         for i in range(bins)]
+    for i, count in enumerate(columns):
         if count:
             h = count * scale
             body.append(f"<rect class='bar' x='{left + i * step + 1:.1f}' "
                         f"y='{top + plot_h - h:.1f}' width='{max(step - 2, 1):.1f}' "
-                        f"height='{h:.1f}' fill='#3949ab'><title>{low + i * span:.4g}-"
-                        f"{low + (i + 1) * span:.4g} {unit}: {count:,}</title></rect>")
-    body.append(f"<text x='{left}' y='{height - 18}' {FONT}>{low:.4g} {unit}</text>")
-    body.append(f"<text x='{left + plot_w}' y='{height - 18}' text-anchor='end' {FONT}>"
-                f"{high:.4g} {unit}</text>")
+                        f"height='{h:.1f}' fill='#3949ab'><title>{labels[i]} {unit}: "
+                        f"{count:,}</title></rect>")
+    # Ticks at the powers of ten inside the range, placed on the log axis.
+    first_bin = left + (step if zeros else 0)
+    log_w = plot_w - (step if zeros else 0)
+    if zeros:
+        body.append(f"<text class='tick' x='{left + step / 2:.1f}' y='{height - 18}' "
+                    f"text-anchor='middle' {FONT}>0</text>")
+    marks = [10.0 ** e for e in range(math.floor(math.log10(low)),
+                                      math.ceil(math.log10(high)) + 1)
+             if low <= 10.0 ** e <= high] or [low, high]
+    for mark in marks:
+        x = first_bin + log_w * (math.log(mark) - log_low) / log_span
+        body.append(f"<line class='tick' x1='{x:.1f}' x2='{x:.1f}' y1='{top + plot_h}' "
+                    f"y2='{top + plot_h + 4}' stroke='#9e9e9e'/><text class='tick' "
+                    f"x='{x:.1f}' y='{height - 18}' text-anchor='middle' {FONT}>"
+                    f"{mark:.4g} {unit}</text>")
     median = sorted(values)[len(values) // 2]
     body.append(f"<text x='{left + plot_w / 2}' y='{height - 4}' text-anchor='middle' "
-                f"{FONT}>{len(values):,} joins, median {median:.4g} {unit}</text>")
+                f"{FONT}>{len(values):,} joins, median {median:.4g} {unit} (log scale)</text>")
     return _frame(width, height, body, title, "histogram")
 
 

@@ -185,7 +185,8 @@ def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: s
     if progress is not None:
         with progress.job("audit"):
             result = run_audit(spark, archive, args.journal, triggers,
-                               partitions=args.partitions, limit=args.limit)
+                               partitions=args.partitions, limit=args.limit,
+                               step=progress.step)
     else:
         result = run_audit(spark, archive, args.journal, triggers,
                            partitions=args.partitions, limit=args.limit)

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from onceflow.journal import SUSPENDED
 
-from .archive import Archive, direct_io
+from .archive import Archive, direct_io, estimate_records
 from .call_record import may_suspend, read_record
 from .local_output import Manifest, commit
 from .plan import STAGE_NAMES, ReplayPlan, build
@@ -108,7 +108,8 @@ def replay_in_memory(spark: Any, archive: Archive, plan: ReplayPlan,
     for attempt in (1, 2):
         frame = build(spark, archive, plan)
         if progress is not None:
-            with progress.job(f"replay pass {attempt}", STAGE_NAMES):
+            with progress.job(f"replay pass {attempt}", STAGE_NAMES,
+                              records=estimate_records(archive)):
                 table = frame.toArrow()
         else:
             table = frame.toArrow()
@@ -236,7 +237,8 @@ def _replay_direct(spark: Any, archive: Archive, plan: ReplayPlan, folder: str,
         os.makedirs(root)
         frame = build(spark, archive, plan, results_dir=root)
         try:
-            with progress.job(f"replay pass {attempt}", STAGE_NAMES):
+            with progress.job(f"replay pass {attempt}", STAGE_NAMES,
+                              records=estimate_records(archive)):
                 manifest = Manifest.of(frame.toArrow())
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)  # what failed attempts wrote
@@ -268,7 +270,8 @@ def _replay_with_spark_writer(spark: Any, archive: Archive, plan: ReplayPlan, fi
 
     for attempt in (1, 2):
         frame = build(spark, archive, plan)
-        with progress.job(f"replay pass {attempt}", STAGE_NAMES):
+        with progress.job(f"replay pass {attempt}", STAGE_NAMES,
+                              records=estimate_records(archive)):
             frame.write.mode("overwrite").partitionBy("dataset").parquet(files.uri(results))
         journal = spark.read.parquet(files.uri(f"{results}/dataset={JOURNAL}"))
         with progress.job("journal counts"):

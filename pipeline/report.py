@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import orjson
 from onceflow.journal import TERMINAL
 
 from .audit import AuditResult
-from .charts import OUTCOME_COLOURS, histogram, horizontal_bars, stacked_columns
+from .charts import OUTCOME_COLOURS, histogram, horizontal_bars, stacked_columns, time_label
 
 OUTCOME_ORDER = [
     "processed", "error", "duplicate", "rejected", "in-doubt", "join-pending", "join-expired",
@@ -26,7 +27,7 @@ h1 { margin-bottom: 4px; } h2 { margin-top: 32px; border-bottom: 1px solid #ddd;
 table { border-collapse: collapse; font-size: 13px; margin: 8px 0; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
-.muted { color: #757575; } .charts svg { display: block; margin: 8px 0 16px; }
+.muted { color: #757575; } .charts svg { display: block; margin: 8px 0 16px; height: auto; }
 """
 
 SCRIPT = """
@@ -40,16 +41,15 @@ SCRIPT = """
     if (total !== data.journal_records) {
       throw new Error('counts add up to ' + total + ', not ' + data.journal_records);
     }
-    document.getElementById('loaded').textContent = 'Report data loaded: ' +
-      data.records.toLocaleString() + ' input records, ' +
-      data.journal_records.toLocaleString() + ' journal records, ' + charts.length +
-      ' charts with ' + bars + ' bars.';
     document.body.setAttribute('data-loaded', 'yes');
+    document.body.setAttribute('data-records', String(data.records));
     document.body.setAttribute('data-charts', String(charts.length));
     document.body.setAttribute('data-bars', String(bars));
   } catch (error) {
     document.body.setAttribute('data-error', String(error));
-    document.getElementById('loaded').textContent = 'Report data failed to load: ' + error;
+    var problem = document.getElementById('problem');
+    problem.textContent = 'The report data does not add up: ' + error;
+    problem.hidden = false;
   }
 })();
 """
@@ -101,8 +101,17 @@ def _timeline_charts(result: AuditResult) -> str:
     return "".join(charts)
 
 
-def render(result: AuditResult, *, archive: str, journal: str) -> str:
-    """The report as one HTML document."""
+def _record_time(result: AuditResult) -> str:
+    first, last = result.first_ts, result.last_ts
+    if first is None or last is None:
+        return "none"
+    span = last - first
+    return f"{time_label(first, span)} to {time_label(last, span)}"
+
+
+def render(result: AuditResult, *, archive: str, journal: str,
+           written: str | None = None) -> str:
+    """The report as one HTML document (`written`: the run's time, default now)."""
     verdict = ("<span class='verdict passed'>PASSED: every guarantee held</span>"
                if result.passed else
                f"<span class='verdict failed'>FAILED: {result.violation_count:,} "
@@ -111,11 +120,13 @@ def render(result: AuditResult, *, archive: str, journal: str) -> str:
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<title>onceflow audit</title><style>", STYLE, "</style></head><body>",
         "<h1>onceflow audit</h1>", verdict,
-        "<p id='loaded' class='muted'>Report data not loaded (scripts disabled?).</p>",
-        _table(["", ""], [["archive", archive], ["journal", journal],
+        "<p id='problem' class='failed' hidden></p>",
+        _table(["", ""], [["audit run", written or datetime.now(tz=UTC).strftime(
+                              "%Y-%m-%d %H:%M:%S UTC")],
+                          ["archive (input)", archive], ["journal (input)", journal],
                           ["input records", result.records],
                           ["journal records", result.journal_records],
-                          ["record time", f"{result.first_ts} to {result.last_ts}"],
+                          ["record time", _record_time(result)],
                           ["waiting in open joins at the end (allowed)",
                            result.exempt_pending],
                           ["held after a trigger suspended (allowed)", result.exempt_held]]),
@@ -139,7 +150,8 @@ def render(result: AuditResult, *, archive: str, journal: str) -> str:
     if result.join_times:
         for trigger, values in sorted(result.join_times.items()):
             parts.append(f"<h3>{escape(trigger)}</h3>" + histogram(
-                f"time from the first to the last document of each join of {trigger}",
+                f"time from the first to the last document of each join of {trigger} "
+                f"(log scale)",
                 values))
     else:
         parts.append("<p class='muted'>No All-join trigger completed a join.</p>")

@@ -303,13 +303,18 @@ class Progress:
         self._label = ""
         self._stage_names: Sequence[str] = ()
         self._started = time.monotonic()
+        self._step = ""
+        self.records: int | None = None  # input records, when known: rate shown
+        self._seen: dict[int, float] = {}  # stage id -> when it was first seen running
 
     @contextmanager
-    def job(self, label: str, stage_names: Sequence[str] = ()) -> Iterator[None]:
-        """Report the jobs run inside the block under `label`."""
+    def job(self, label: str, stage_names: Sequence[str] = (),
+            records: int | None = None) -> Iterator[None]:
+        """Report the jobs run inside the block under `label` (`records`: its input)."""
         group = f"onceflow-{id(self)}-{label}"
         self.context.setJobGroup(group, f"onceflow: {label}")
         self._label, self._stage_names = label, stage_names
+        self.records, self._step, self._seen = records, "", {}
         self._started = time.monotonic()
         self._stop.clear()
         self._thread = threading.Thread(target=self._poll, args=(group,), daemon=True)
@@ -325,6 +330,12 @@ class Progress:
                               f"{time.monotonic() - self._started:.1f} s\n")
             self.stream.flush()
             self.context.setJobGroup("", "")
+
+    def step(self, name: str, records: int | None = None) -> None:
+        """Name what the block does now (stages are shown under it); records, once known."""
+        self._step = name
+        if records is not None:
+            self.records = records
 
     def _poll(self, group: str) -> None:
         tracker = self.context.statusTracker()
@@ -364,8 +375,28 @@ class Progress:
                     continue
                 index = stage_ids.index(stage_id)
                 names = self._stage_names
-                name = names[index] if index < len(names) else f"stage {stage_id}"
+                name = names[index] if index < len(names) else (self._step or
+                                                                  f"stage {stage_id}")
+                seen = self._seen.setdefault(stage_id, time.monotonic())
                 return (f"onceflow: {self._label} [{name}, stage {index + 1}/"
                         f"{len(stage_ids)}]: {info.numCompletedTasks}/{info.numTasks} "
-                        f"tasks done, {info.numActiveTasks} running ({elapsed:.0f} s)")
+                        f"tasks done, {info.numActiveTasks} running ({elapsed:.0f} s)"
+                        + pace(info.numCompletedTasks, info.numTasks,
+                               time.monotonic() - seen, self.records))
         return ""
+
+
+def pace(done: int, tasks: int, seconds: float, records: int | None) -> str:
+    """", ~N records/s, ETA M s" of a stage from its finished share of tasks.
+
+    Tasks of one stage read about equal slices of the input, so the share of tasks done
+    is the share of records done.  Nothing before the first task has finished.
+    """
+    if done <= 0 or tasks <= 0 or seconds <= 0:
+        return ""
+    share = min(done / tasks, 1.0)
+    out = ""
+    if records:
+        out += f", ~{records * share / seconds:,.0f} records/s"
+    remaining = seconds * (1 - share) / share
+    return out + f", ETA {remaining:.0f} s"
