@@ -25,8 +25,9 @@ _WORDS = struct.Struct("<I")
 def murmur2(data: bytes) -> int:
     """Kafka's murmur2 (the Java client's Utils.murmur2), four bytes at a time.
 
-    The same values as aiokafka's byte-by-byte version, in a fraction of its time: the
-    worker hashes every document's routing key.
+    The same values as aiokafka's byte-by-byte version, in about half its time (bench/
+    murmur2.py: 2.05x on 36-byte uuid keys, 1.5x on 6-byte keys, 1.95x on 200-byte keys):
+    the worker hashes every document's routing key, about 4 microseconds saved each.
     """
     length = len(data)
     m = 0x5BD1E995
