@@ -120,6 +120,22 @@ class WorkerSettings(BaseSettings):
             return tuple(pairs)
         return value
 
+    gc_threshold: Annotated[tuple[int, int, int], NoDecode] = Field(
+        (50_000, 20, 100),
+        description="the garbage collector's thresholds (gen0,gen1,gen2; Python's own: "
+        "700,10,10); the worker allocates many short-lived objects a record")
+
+    @field_validator("gc_threshold", mode="before")
+    @classmethod
+    def _split_threshold(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            parts = [part.strip() for part in value.split(",")]
+            if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+                raise ValueError("three whole numbers above 0, as gen0,gen1,gen2 "
+                                 "(Python's own: 700,10,10)")
+            return tuple(int(p) for p in parts)
+        return value
+
     allow_trigger_change: bool = Field(
         False, description="join a group whose workers run another trigger file "
         "(a rolling change of the file)")
@@ -275,7 +291,8 @@ def _shown(default: Any) -> str:
     if isinstance(default, bool):
         return "true" if default else "false"
     if isinstance(default, tuple):
-        return ",".join(item if isinstance(item, str) else "=".join(item)
+        return ",".join(item if isinstance(item, str) else str(item)
+                        if isinstance(item, int) else "=".join(item)
                         for item in default) or "empty"
     return str(default) or "empty"
 
