@@ -1,0 +1,291 @@
+"""Benchmark: onceflow against Quix Streams and a naive Faust agent, on one job, in one run.
+
+The job: JSON documents on a 4-partition topic, keyed by uuid, about 10% of them sent
+again later under the same key.  Drop a resent uuid using persistent RocksDB state, run a
+service that echoes the document, publish the output.  Every contender reads the same
+records from the same embedded broker in the same run:
+
+- onceflow, one worker and then two (a simple trigger with the `echo` service: history,
+  journal and duplicate-ID cache on, outputs to `echo.out`);
+- Quix Streams, at-least-once, deduplicating on the Kafka key (state per key);
+- Quix Streams after `group_by("uuid")` (a repartition hop, like onceflow's route topic);
+- a naive Faust agent (one table get and put a document, no output).
+
+A rate is documents taken in (resends included) divided by the time from the first output
+to the last one (the naive agent: from its web server starting, after recovery, to its
+last document), so start-up is left out alike.  Each contender's outputs must be exactly
+one per unique uuid; the bench fails otherwise.  Peak RSS is the contender process's.
+
+Quix Streams and confluent-kafka are bench-only (`pip install -e '.[bench]'`).  On the
+embedded broker (tansu) Quix needs two workarounds: the input topic is created with
+`retention.ms` (Quix derives its changelog topics' config from the input topic's, and
+tansu's DescribeConfigs returns only configs a topic was created with), and
+`session.timeout.ms` of 6000.
+
+    .venv/bin/python bench/peers.py [--documents 100000] [--skip quix-groupby,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+from onceflow.app.broker import EmbeddedBroker, free_port
+from onceflow.app.kafka import Producer, TopicFollower
+from onceflow.app.process import WorkerProcess
+from onceflow.app.topics import TopicSpec, ensure_topics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from worker import naive_rate  # noqa: E402
+
+PREFIX = "peers."
+INPUT = PREFIX + "doc"
+RETENTION = (("retention.ms", "604800000"),)
+TRIGGERS = """
+[[trigger]]
+name = "echo"
+types = ["doc"]
+service = "echo"
+"""
+QUIX = r'''
+import os, sys
+from quixstreams import Application
+
+mode = os.environ["PEERS_MODE"]
+app = Application(
+    broker_address=os.environ["PEERS_BROKER"], consumer_group=os.environ["PEERS_GROUP"],
+    auto_offset_reset="earliest", state_dir=os.environ["PEERS_STATE"],
+    processing_guarantee="at-least-once",
+    consumer_extra_config={"session.timeout.ms": 6000},
+    loglevel="WARNING")
+source = app.topic(os.environ["PEERS_INPUT"], value_deserializer="json")
+sink = app.topic(os.environ["PEERS_OUTPUT"], value_serializer="json")
+frame = app.dataframe(source)
+if mode == "groupby":
+    frame = frame.group_by("uuid")
+
+def first_time(value, state):
+    if state.exists("seen"):
+        return False
+    state.set("seen", 1)
+    return True
+
+frame = frame.filter(first_time, stateful=True)
+frame = frame.apply(lambda value: value)  # the echo service
+frame.to_topic(sink)
+app.run()
+'''
+
+
+def documents(count: int, seed: int = 7) -> list[tuple[str, bytes]]:
+    """(uuid, value): about 10% are later copies of an earlier uuid."""
+    rng = random.Random(seed)
+    out: list[tuple[str, bytes]] = []
+    uuids: list[str] = []
+    for i in range(count):
+        if uuids and rng.random() < 0.1:
+            uuid = rng.choice(uuids)
+        else:
+            uuid = f"doc-{i:08d}"
+            uuids.append(uuid)
+        out.append((uuid, orjson.dumps({"uuid": uuid, "body": {"n": i, "pad": "x" * 64}})))
+    return out
+
+
+async def fill(bootstrap: str, items: list[tuple[str, bytes]]) -> None:
+    """Write the documents once, keyed by uuid, to a topic with retention.ms set."""
+    await ensure_topics(bootstrap, [TopicSpec(INPUT, "input", 4, -1, RETENTION)])
+    async with Producer(bootstrap) as producer:
+        pending = []
+        for uuid, value in items:
+            pending.append(await producer.send(INPUT, value, key=uuid.encode()))
+            if len(pending) >= 5000:
+                await asyncio.gather(*pending)
+                pending = []
+        await asyncio.gather(*pending)
+
+
+def watch_outputs(bootstrap: str, topic: str, expected: int, alive: object,
+                  timeout: float = 900.0) -> tuple[float, list[bytes]]:
+    """Follow an output topic until `expected` records: (seconds first to last, values)."""
+    async def run() -> tuple[float, list[bytes]]:
+        follower = await TopicFollower(bootstrap, topic).start()
+        first = last = None
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                count = len(follower.records)
+                now = time.monotonic()
+                if count and first is None:
+                    first = now
+                if count >= expected:
+                    last = now
+                    break
+                if not alive() or now > deadline:  # type: ignore[operator]
+                    raise RuntimeError(f"{topic}: {count} of {expected} outputs, then "
+                                       "the contender stopped or the time ran out")
+                await follower.wait(0.05)
+            await asyncio.sleep(1.0)  # anything beyond `expected` is a duplicate output
+            values = [r.value for r in follower.records]
+        finally:
+            await follower.stop()
+        return last - first, values  # type: ignore[operator]
+
+    return asyncio.run(run())
+
+
+def check_outputs(name: str, values: list[bytes], unique: set[str], key: str) -> None:
+    """Exactly one output per unique uuid."""
+    seen = [orjson.loads(v)[key] if key else orjson.loads(v)["uuid"] for v in values]
+    if len(seen) != len(unique) or set(seen) != unique:
+        raise SystemExit(f"{name}: {len(seen)} outputs for {len(unique)} unique uuids "
+                         f"({len(set(seen) - unique)} unknown, {len(unique - set(seen))} "
+                         f"missing, {len(seen) - len(set(seen))} repeated)")
+
+
+def peak_rss_mib(pid: int) -> float:
+    """VmHWM of a live process, in MiB (0 when it cannot be read)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def onceflow_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path,
+                 workers: int) -> tuple[float, float]:
+    """(docs/s, peak RSS MiB of the first worker) with `workers` workers."""
+    prefix = f"{PREFIX}w{workers}."
+    triggers = workdir / "triggers.toml"
+    triggers.write_text(TRIGGERS)
+    # The workers read the shared input topic under their own prefix's topic name.
+    asyncio.run(copy_input(broker.bootstrap, prefix + "doc"))
+    started = []
+    for n in range(workers):
+        env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
+               "ONCEFLOW_PARTITIONS": "4", "ONCEFLOW_DATA_DIR": str(workdir / f"of{workers}-{n}"),
+               "ONCEFLOW_WEB_PORT": str(free_port()), "ONCEFLOW_SESSION_TIMEOUT": "6",
+               "ONCEFLOW_HEARTBEAT_INTERVAL": "1", "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT"}
+        started.append(WorkerProcess(triggers, env, workdir / f"of{workers}-{n}.log").start())
+    try:
+        for worker in started:
+            worker.wait_ready()
+        seconds, values = watch_outputs(broker.bootstrap, prefix + "echo.out", len(unique),
+                                        lambda: all(w.alive for w in started))
+        check_outputs(f"onceflow x{workers}", values, unique, "")
+        rss = peak_rss_mib(started[0].process.pid)  # type: ignore[union-attr]
+        return items / seconds, rss
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+async def copy_input(bootstrap: str, topic: str) -> None:
+    """The input records again, partition for partition, under another name."""
+    from onceflow.app.kafka import read_topic
+
+    records = await read_topic(bootstrap, INPUT)
+    await ensure_topics(bootstrap, [TopicSpec(topic, "input", 4, -1, RETENTION)])
+    async with Producer(bootstrap) as producer:
+        pending = []
+        for record in records:
+            pending.append(await producer.send(topic, record.value, key=record.key,
+                                               partition=record.partition))
+            if len(pending) >= 5000:
+                await asyncio.gather(*pending)
+                pending = []
+        await asyncio.gather(*pending)
+
+
+def quix_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path,
+             mode: str) -> tuple[float, float]:
+    """(docs/s, peak RSS MiB) of Quix Streams keyed on the Kafka key or after group_by."""
+    output = f"{PREFIX}quix-{mode}.out"
+    env = {**os.environ, "PEERS_MODE": mode, "PEERS_BROKER": broker.bootstrap,
+           "PEERS_GROUP": f"quix-{mode}", "PEERS_STATE": str(workdir / f"quix-{mode}"),
+           "PEERS_INPUT": INPUT, "PEERS_OUTPUT": output}
+    script = workdir / "quix_job.py"
+    script.write_text(QUIX)
+    log = (workdir / f"quix-{mode}.log").open("wb")
+    process = subprocess.Popen([sys.executable, str(script)], env=env, stdout=log,
+                               stderr=subprocess.STDOUT)
+    try:
+        seconds, values = watch_outputs(broker.bootstrap, output, len(unique),
+                                        lambda: process.poll() is None)
+        rss = peak_rss_mib(process.pid)
+        check_outputs(f"quix {mode}", values, unique, "")
+        return items / seconds, rss
+    finally:
+        process.terminate()
+        process.wait(30)
+        log.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--documents", type=int, default=100_000)
+    parser.add_argument("--skip", default="", help="comma-separated: onceflow2, quix-key, "
+                        "quix-groupby, naive")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    items = documents(args.documents)
+    unique = {uuid for uuid, _ in items}
+    workdir = Path(tempfile.mkdtemp(prefix="onceflow-peers-"))
+    rows: list[tuple[str, float, float]] = []
+    load = os.getloadavg()[0]
+    with EmbeddedBroker(log_path=workdir / "broker.log") as broker:
+        asyncio.run(fill(broker.bootstrap, items))
+        rate, rss = onceflow_run(broker, len(items), unique, workdir, 1)
+        rows.append(("onceflow, 1 worker, echo service", rate, rss))
+        if "onceflow2" not in skip:
+            rate, rss = onceflow_run(broker, len(items), unique, workdir, 2)
+            rows.append(("onceflow, 2 workers", rate, rss))
+        if "quix-key" not in skip:
+            rate, rss = quix_run(broker, len(items), unique, workdir, "key")
+            rows.append(("Quix Streams, dedup on the Kafka key", rate, rss))
+        if "quix-groupby" not in skip:
+            rate, rss = quix_run(broker, len(items), unique, workdir, "groupby")
+            rows.append(('Quix Streams after group_by("uuid")', rate, rss))
+        if "naive" not in skip:
+            rate = naive_rate_on(broker, len(items), workdir)
+            rows.append(("naive Faust agent (get + put, no output)", rate, 0.0))
+    ours = rows[0][1]
+    print(f"{len(items):,} documents ({len(unique):,} unique) on 4 partitions, one "
+          f"embedded broker, {os.cpu_count()} cores, load {load:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end")
+    print(f"{'contender':<44} {'docs/s':>10} {'vs onceflow':>12} {'peak RSS':>10}")
+    for name, rate, rss in rows:
+        shown = f"{rss:,.0f} MiB" if rss else "-"
+        print(f"{name:<44} {rate:>10,.0f} {rate / ours:>11.2f}x {shown:>10}")
+    quix = dict((n, r) for n, r, _ in rows).get("Quix Streams, dedup on the Kafka key")
+    if quix:
+        print(f"onceflow / Quix keyed: {ours / quix:.2f}x (target >= 2x)")
+    two = dict((n, r) for n, r, _ in rows).get("onceflow, 2 workers")
+    if two:
+        print(f"2 onceflow workers / 1: {two / ours:.2f}x")
+    parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"(logs in {workdir}; this process's peak RSS {parent:,.0f} MiB)")
+
+
+def naive_rate_on(broker: EmbeddedBroker, count: int, workdir: Path) -> float:
+    """The naive agent of bench/worker.py on this run's input topic."""
+    import worker as worker_bench
+
+    worker_bench.PREFIX = PREFIX  # its topic is PREFIX + "doc": this run's input
+    return naive_rate(broker, count, workdir, "naive", False)
+
+
+if __name__ == "__main__":
+    main()
