@@ -1,9 +1,9 @@
 """Benchmark: `onceflow replay` end to end (read the file, write the journal).
 
-Generates 1,000,000 documents (10% resends, half of them in AND/XOR joins over 3 types,
-1% bad input) and prints documents per second.  The baseline measured in the same run is
-the floor any replay pays: reading and JSON-decoding the input and JSON-encoding one line
-per record; the ratio shows how much the trigger semantics cost on top.
+Generates 300,000 documents (10% resends, half of them in AND/XOR joins over 3 types,
+1% bad input) and prints documents per second.  The floor measured in the same run is
+what any replay pays: JSON-decoding the input and JSON-encoding the journal the replay
+wrote (its real records); the ratio shows how much the trigger semantics cost on top.
 """
 
 from __future__ import annotations
@@ -24,26 +24,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate_lines, write_scenario  # noqa: E402
 
 
-def baseline(path: Path, sink: Path) -> float:
-    """Read, decode and re-encode every line: the I/O floor of a replay."""
+def baseline(path: Path, journal: list[dict[str, object]], sink: Path) -> float:
+    """Decode every input line and encode the replay's real journal: a replay's floor.
+
+    The journal records are the ones the replay wrote (decoded before the clock starts),
+    so the floor pays for exactly the output the replay produced.
+    """
     start = time.perf_counter()
-    with path.open("rb") as source, sink.open("wb") as out:
+    with path.open("rb") as source:
         for line in source:
-            item = orjson.loads(line)
-            out.write(orjson.dumps({"trigger": None, "outcome": "x", "ts": item["ts"]}))
+            orjson.loads(line)
+    with sink.open("wb") as out:
+        for record in journal:
+            out.write(orjson.dumps(record))
             out.write(b"\n")
     return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--documents", type=int, default=1_000_000)
+    parser.add_argument("--documents", type=int, default=300_000)
     args = parser.parse_args()
     onceflow = Path(sys.executable).parent / "onceflow"
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_scenario(Path(tmp) / "scenario", generate_lines(args.documents))
         journal = Path(tmp) / "journal.jsonl"
-        floor = baseline(folder / "input.jsonl", journal)
         start = time.perf_counter()
         cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         with journal.open("wb") as out:
@@ -56,7 +61,9 @@ def main() -> None:
         cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime -
                                                           cpu_before.ru_stime)
-        lines = sum(1 for _ in journal.open("rb"))
+        written = [orjson.loads(line) for line in journal.open("rb")]
+        lines = len(written)
+        floor = baseline(folder / "input.jsonl", written, Path(tmp) / "floor.jsonl")
     compiled = not str(core_engine.__file__).endswith(".py")
     rate = args.documents / elapsed
     floor_rate = args.documents / floor
@@ -66,9 +73,10 @@ def main() -> None:
     print(f"onceflow replay      {rate:>12,.0f} documents/s  ({elapsed:.2f} s wall, one core)")
     print(f"  per CPU second     {args.documents / cpu:>12,.0f} documents/s  ({cpu:.2f} s CPU; "
           f"the wall rate is lower when other work shares the machine)")
-    print(f"baseline (I/O only)  {floor_rate:>12,.0f} documents/s  ({floor:.2f} s)")
+    print(f"floor (parse input, dump its journal) {floor_rate:>,.0f} documents/s  "
+          f"({floor:.2f} s)")
     print(f"ratio replay/baseline {rate / floor_rate:>11.2f}")
-    print(f"target 100,000 docs/s: {'met' if rate >= 100_000 else 'NOT met'}")
+    print(f"target 200,000 docs/s: {'met' if rate >= 200_000 else 'NOT met'}")
 
 
 if __name__ == "__main__":
