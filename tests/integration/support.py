@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -13,6 +14,27 @@ from onceflow.agents.wire import Names
 from onceflow.app.kafka import Producer, read_topic
 from onceflow.app.process import WorkerProcess
 from onceflow.app.security import Cluster
+
+# A simple trigger on "order" documents and an All join of "left" and "right".
+ORDERS_AND_PAIRS = """
+[[trigger]]
+name = "orders"
+types = ["order"]
+
+[[trigger]]
+name = "pairs"
+types = ["left", "right"]
+condition = "all"
+join_timeout = "10m"
+"""
+
+
+def trigger_file(folder: Path, text: str = ORDERS_AND_PAIRS) -> Path:
+    """A triggers.toml in `folder` holding `text`."""
+    path = folder / "triggers.toml"
+    path.write_text(text)
+    return path
+
 
 # (topic, value, key, headers, partition)
 Outgoing = tuple[str, bytes | None, str, dict[str, str], int | None]

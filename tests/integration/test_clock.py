@@ -20,21 +20,10 @@ from onceflow.agents import wire
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer
 
-from .support import outcomes, records, wait_journal
+from .support import outcomes, records, trigger_file, wait_journal
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-
-[[trigger]]
-name = "pairs"
-types = ["left", "right"]
-condition = "all"
-join_timeout = "10m"
-"""
 YEAR_9999 = 253_402_300_799_000  # ms: 9999-12-31T23:59:59Z
 
 
@@ -73,8 +62,7 @@ def assert_completed(lines: list[dict[str, Any]], n: int) -> None:
 
 def test_a_record_or_tick_from_the_future_does_not_expire_joins(
         broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
-    triggers = tmp_path / "triggers.toml"
-    triggers.write_text(TRIGGERS)
+    triggers = trigger_file(tmp_path)
     prefix = new_prefix()
     names = wire.Names(prefix)
     bootstrap = broker.bootstrap

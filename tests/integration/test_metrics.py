@@ -19,21 +19,10 @@ from onceflow.app.broker import EmbeddedBroker
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from .support import publish, records, wait_journal
+from .support import publish, records, trigger_file, wait_journal
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-
-[[trigger]]
-name = "pairs"
-types = ["left", "right"]
-condition = "all"
-join_timeout = "10m"
-"""
 
 
 def samples(text: str, parse: Any = text_string_to_metric_families
@@ -54,8 +43,7 @@ def value(found: dict[str, list[tuple[dict[str, str], float]]], name: str,
 
 def test_metrics_count_documents_not_ticks_and_parse(
         broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
-    triggers = tmp_path / "triggers.toml"
-    triggers.write_text(TRIGGERS)
+    triggers = trigger_file(tmp_path)
     prefix = new_prefix()
     names = wire.Names(prefix)
     # Idle partitions get clock ticks through the route topic (idle after 0.2 s).

@@ -23,21 +23,10 @@ from onceflow.app.kafka import Producer
 from onceflow.app.process import http_json
 from onceflow.envelope import Document
 
-from .support import outcomes, publish, records, wait_journal
+from .support import outcomes, publish, records, trigger_file, wait_journal
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-
-[[trigger]]
-name = "pairs"
-types = ["left", "right"]
-condition = "all"
-join_timeout = "10m"
-"""
 TOKEN = "the-admin-token"
 PARTITIONS = 2
 
@@ -50,8 +39,7 @@ def identities_on(partition: int, prefix: str, count: int) -> list[str]:
 
 def test_forged_route_records_are_journaled_and_not_applied(
         broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
-    triggers = tmp_path / "triggers.toml"
-    triggers.write_text(TRIGGERS)
+    triggers = trigger_file(tmp_path)
     prefix = new_prefix()
     names = wire.Names(prefix)
     bootstrap = broker.bootstrap
