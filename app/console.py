@@ -148,7 +148,7 @@ def add_console(app: OnceflowApp, settings: WorkerSettings,
     @app.page("/")
     async def index(web: Any, request: Request) -> Response:
         if not wants_html(request):
-            return web.json({"status": "OK", "console": "/ (ask for text/html)"})
+            return web.json({"status": "OK"})
         return web.bytes(asset("index.html"), content_type="text/html",
                          headers=SECURITY_HEADERS)
 

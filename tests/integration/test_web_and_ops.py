@@ -144,7 +144,7 @@ def test_views_answer_from_both_workers_and_suspension_needs_the_token(
 
     status, text = http_json(workers[0].web_url + "/metrics")
     assert status == 200
-    assert 'onceflow_journal_records_total{trigger="orders",outcome="processed"}' in text
+    assert 'onceflow_journal_records_total{outcome="processed",trigger="orders"}' in text
     assert "onceflow_service_seconds_bucket{" in text
     assert 'onceflow_open_joins{trigger="pairs"}' in text
     assert "onceflow_consumer_lag_records{" in text

@@ -24,7 +24,7 @@ from .support import five, multiset
 
 pytestmark = pytest.mark.spark
 
-DOCUMENTS = 20_000
+DOCUMENTS = 5_000
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +43,9 @@ def spark_output(request: pytest.FixtureRequest, spark: Any, generated: Path,
     Parquet writer, as on a cluster."""
     output = tmp_path_factory.mktemp("spark") / "out"
     scenario = load_scenario(generated)
-    # Small splits: the 2 MB file is read as about ten splits in two tasks, so positions,
-    # blocks and partition time are rebuilt across split boundaries.
-    spark.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 18))
+    # Small splits: the 0.5 MB file is read as about eight splits in two tasks, so
+    # positions, blocks and partition time are rebuilt across split boundaries.
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 16))
     spark.conf.set("spark.onceflow.direct", "true" if request.param == "direct" else "false")
     try:
         replay_to_files(spark, list_archive(spark, str(generated / "input.jsonl")),
