@@ -145,6 +145,13 @@ def add_console(app: OnceflowApp, settings: WorkerSettings,
     runtime = app.runtime
     by_name = {trigger.name: trigger for trigger in runtime.triggers.triggers}
 
+    async def nosniff(request: Any, response: Any) -> None:
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+
+    web_app = getattr(app.web, "web_app", None)  # aiohttp's application under Faust's
+    if web_app is not None:
+        web_app.on_response_prepare.append(nosniff)
+
     @app.page("/")
     async def index(web: Any, request: Request) -> Response:
         if not wants_html(request):

@@ -28,6 +28,22 @@ function when(ts) {
   return isNaN(date.getTime()) ? String(ts) : date.toISOString().replace("T", " ").replace("Z", "");
 }
 
+// Seconds as a trigger file writes them (1d, 10m, 45s), to the two largest units.
+function duration(seconds) {
+  let left = Math.max(0, Math.round(seconds));
+  const parts = [];
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60], ["s", 1]]) {
+    if (left >= size) { parts.push(`${Math.floor(left / size)}${unit}`); left %= size; }
+  }
+  return parts.length ? parts.slice(0, 2).join(" ") : "0s";
+}
+
+function expires(deadline) {
+  if (deadline === null || deadline === undefined) return "never";
+  const left = deadline - Date.now() / 1000;
+  return isFinite(left) ? `${when(deadline)} (in ${duration(left)})` : String(deadline);
+}
+
 function say(message, failed) {
   const status = $("#status");
   status.textContent = message;
@@ -112,7 +128,7 @@ function renderJoins(joins, triggers) {
     const waiting = j.waiting.length
       ? j.waiting.map((m) => `${m.type}: ${m.identity}`).join("; ")
       : (j.window_of ? `window after ${j.window_of}` : "");
-    const tr = row([j.trigger, j.activation, waiting, j.deadline === null ? "never" : when(j.deadline),
+    const tr = row([j.trigger, j.activation, waiting, expires(j.deadline),
                     j.partition]);
     tr.dataset.activation = j.activation;
     return tr;

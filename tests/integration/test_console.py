@@ -1,23 +1,28 @@
 """The operators' console in a real browser (headless Chromium through chromedriver).
 
-A real worker on the embedded broker serves the page; the test clicks suspend and resume,
-reads the results on the page, looks up history, resubmits an error document and watches
-the live journal.  Screenshots of each step are kept in test-output/console/.
+One real worker on the embedded broker and one browser serve the whole module.  The
+browser test clicks suspend and resume and reads the results on the page, looks up history
+(with the activation of a join trigger), resubmits an error document and watches the live
+journal.  Screenshots of each step are kept in test-output/console/ (printed with -s).
 """
 
 from __future__ import annotations
 
 import shutil
+import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
 import pytest
 from onceflow.agents import wire
-from onceflow.app.broker import EmbeddedBroker
+from onceflow.app.broker import EmbeddedBroker, free_port
+from onceflow.app.process import WorkerProcess
 
 from .support import journal, outcomes, publish, wait_journal
 
@@ -26,6 +31,7 @@ pytestmark = pytest.mark.integration
 TOKEN = "console-s3cret"
 SHOTS = Path(__file__).resolve().parents[2] / "test-output" / "console"
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
+SCRIPT = "<script>document.title='pwned'</script>"
 TRIGGERS = """
 [[trigger]]
 name = "orders"
@@ -38,10 +44,51 @@ types = ["left", "right"]
 condition = "all"
 join_timeout = "10m"
 """
+SENT = [("order", orjson.dumps({"uuid": f"o-{i}"}), f"o-{i}", {}, None) for i in range(3)]
+SENT += [("order", orjson.dumps({"uuid": HOSTILE}), "x", {}, None),
+         ("order", orjson.dumps({"uuid": "bad-1", "body": {"raise": "fatal"}}), "b", {}, None),
+         ("left", orjson.dumps({"uuid": "l-1", "activation": "act-1"}), "act-1", {}, None),
+         ("left", orjson.dumps({"uuid": SCRIPT, "activation": SCRIPT}), "s", {}, None),
+         ("left", orjson.dumps({"uuid": "l-2", "activation": "act-2"}), "act-2", {}, None),
+         ("right", orjson.dumps({"uuid": "r-2", "activation": "act-2"}), "act-2", {}, None)]
 
 
-def chrome() -> Any:
+class Console:
+    """The module's worker, its topic names and the broker."""
+
+    def __init__(self, worker: WorkerProcess, names: wire.Names, bootstrap: Any) -> None:
+        self.worker, self.names, self.bootstrap = worker, names, bootstrap
+        self.url = worker.web_url
+
+
+@pytest.fixture(scope="module")
+def console(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Console]:
+    folder = tmp_path_factory.mktemp("console")
+    triggers = folder / "triggers.toml"
+    triggers.write_text(TRIGGERS)
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
+           "ONCEFLOW_PARTITIONS": "2", "ONCEFLOW_DATA_DIR": str(folder / "data"),
+           "ONCEFLOW_WEB_PORT": str(free_port()), "ONCEFLOW_SESSION_TIMEOUT": "2",
+           "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3", "ONCEFLOW_MAX_RETRY_WAIT": "0",
+           "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT", "ONCEFLOW_ADMIN_TOKEN": TOKEN}
+    worker = WorkerProcess(triggers, env, folder / "worker.log").start()
+    try:
+        worker.wait_ready()
+        names = wire.Names(prefix)
+        publish(broker.bootstrap, names, SENT)
+        wait_journal(broker.bootstrap, names, lambda ls: len(ls) >= len(SENT), worker)
+        yield Console(worker, names, broker.bootstrap)
+    finally:
+        worker.kill()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
     webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if binary is None or driver_path is None:
@@ -49,10 +96,13 @@ def chrome() -> Any:
     options = webdriver.ChromeOptions()
     options.binary_location = binary
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu",
-                 "--disable-dev-shm-usage", "--window-size=1400,1800"):
+                 "--disable-dev-shm-usage", "--window-size=1400,2000"):
         options.add_argument(flag)
-    from selenium.webdriver.chrome.service import Service
-    return webdriver.Chrome(service=Service(driver_path), options=options)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
@@ -69,17 +119,47 @@ def until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
     raise AssertionError(f"the page never showed {what} (last: {last!r})")
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    driver = chrome()
-    try:
-        yield driver
-    finally:
-        driver.quit()
+def raw_request(url: str, head: bytes) -> tuple[int, bytes]:
+    """Send bytes exactly as given; (status, whole response)."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as conn:
+        conn.sendall(head)
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    return int(data.split(b" ", 2)[1]), data
 
 
-def test_console_in_a_browser(broker: EmbeddedBroker, start_worker: Any, new_prefix: Any,
-                              tmp_path: Path, browser: Any) -> None:
+def test_browsers_get_the_page_and_json_clients_keep_json(console: Console) -> None:
+    url = console.url
+    for accept in ("application/json", "*/*", "application/json, text/html"):
+        answer = httpx.get(url + "/", headers={"Accept": accept})
+        assert answer.json() == {"status": "OK"}, accept
+    assert httpx.get(url + "/").json() == {"status": "OK"}  # httpx, curl: no text/html
+    page = httpx.get(url + "/", headers={
+        "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"})
+    assert page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    body = page.text.split("<body>")[1]
+    assert "<script" not in body and "http" not in body  # no inline script, no other origin
+    script = httpx.get(url + "/console/console.js")
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "innerHTML" not in script.text and "http" not in script.text
+    assert httpx.get(url + "/console/console.css").headers["content-type"].startswith(
+        "text/css")
+    # The JSON views keep their paths and answers, and are not sniffed either.
+    triggers = httpx.get(url + "/triggers", headers={"Accept": "text/html"})
+    assert set(triggers.json()["triggers"]) == {"orders", "pairs"}
+    assert triggers.headers["x-content-type-options"] == "nosniff"
+    assert httpx.get(url + "/readyz").json()["ready"] is True
+    overview = httpx.get(url + "/overview").json()
+    assert overview["triggers"]["orders"]["definition"]["history_ttl"] == "1d"
+    assert overview["triggers"]["pairs"]["definition"]["join_timeout"] == "10m"
+
+
+def test_console_in_a_browser(console: Console, browser: Any) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -90,79 +170,78 @@ def test_console_in_a_browser(broker: EmbeddedBroker, start_worker: Any, new_pre
         browser.save_screenshot(str(path))
         print(f"console screenshot: {path}")
 
-    triggers = tmp_path / "triggers.toml"
-    triggers.write_text(TRIGGERS)
-    prefix = new_prefix()
-    names = wire.Names(prefix)
-    worker = start_worker(triggers, prefix, partitions=2, admin_token=TOKEN)
-    sent = [("order", orjson.dumps({"uuid": f"o-{i}"}), f"o-{i}", {}, None) for i in range(3)]
-    sent += [("order", orjson.dumps({"uuid": HOSTILE}), "x", {}, None),
-             ("order", orjson.dumps({"uuid": "bad-1", "body": {"raise": "fatal"}}), "b", {},
-              None),
-             ("left", orjson.dumps({"uuid": "l-1", "activation": "act-1"}), "act-1", {}, None)]
-    publish(broker.bootstrap, names, sent)
-    wait_journal(broker.bootstrap, names, lambda ls: len(ls) >= len(sent), worker)
+    def text(element_id: str) -> str:
+        return str(browser.find_element(By.ID, element_id).text)
 
-    # JSON clients keep their answers; browsers get the page, with a strict policy.
-    assert httpx.get(worker.web_url + "/", headers={"Accept": "application/json"}
-                     ).json()["status"] == "OK"
-    page = httpx.get(worker.web_url + "/", headers={"Accept": "text/html"})
-    assert page.headers["content-type"].startswith("text/html")
-    assert "script-src 'self'" in page.headers["content-security-policy"]
-    assert "<script>" not in page.text and "http" not in page.text.split("<body>")[1]
-
-    browser.get(worker.web_url + "/")
+    names = console.names
+    browser.get(console.url + "/")
     orders = until(lambda: browser.find_element(By.CSS_SELECTOR, 'tr[data-trigger="orders"]'),
                    "the orders trigger")
     until(lambda: "processed 4" in orders.text, "4 processed orders")
     assert "error 1" in orders.text and "running" in orders.text
     assert "1d" in orders.text and "86400" not in orders.text  # durations as written
     pairs = browser.find_element(By.CSS_SELECTOR, 'tr[data-trigger="pairs"]')
-    assert "10m" in pairs.text
-    until(lambda: "act-1" in browser.find_element(By.ID, "joins").text, "the open join")
-    assert "left: l-1" in browser.find_element(By.ID, "joins").text
-    workers = browser.find_element(By.ID, "workers").text
+    assert "10m" in pairs.text and "600" not in pairs.text
+    until(lambda: "act-1" in text("joins"), "the open join")
+    assert "left: l-1" in text("joins")
+    assert "(in 9m " in text("joins") or "(in 10m)" in text("joins")  # not "(in 600)"
+    workers = text("workers")
     assert "this worker" in workers and "ready" in workers and names.route in workers
-    until(lambda: HOSTILE in browser.find_element(By.ID, "journal").text,
-          "the hostile identity as text in the journal")
-    assert browser.title == "onceflow console"  # the identity's markup did not run
-    assert not browser.find_elements(By.CSS_SELECTOR, "#journal img")
+    assert "lag" in workers
+
+    # The live journal shows the documents sent, ids with markup as plain text.
+    until(lambda: all(f"o-{i}" in text("journal") for i in range(3)), "the sent orders")
+    until(lambda: HOSTILE in text("journal"), "the <img> identity as text in the journal")
+    assert SCRIPT in text("journal") and SCRIPT in text("joins")
+    assert browser.title == "onceflow console"  # no identity's markup ran
+    assert not browser.find_elements(By.CSS_SELECTOR, "#journal img, #joins script")
     shot("1-overview")
 
     # Suspend without a token: the page says so, nothing changes.
     orders.find_element(By.CSS_SELECTOR, "button.suspend").click()
-    until(lambda: "admin token" in browser.find_element(By.ID, "status").text,
-          "the token request")
+    until(lambda: "admin token" in text("status"), "the token request")
     browser.find_element(By.ID, "token").send_keys(TOKEN)
     browser.find_element(By.ID, "token-save").click()
     assert TOKEN not in browser.current_url
     assert browser.find_element(By.ID, "token").get_attribute("value") == ""
+    assert browser.execute_script(
+        "return sessionStorage.getItem('onceflow-admin-token')") == TOKEN
 
     def orders_row() -> Any:
         return browser.find_element(By.CSS_SELECTOR, 'tr[data-trigger="orders"]')
 
     orders_row().find_element(By.CSS_SELECTOR, "button.suspend").click()
-    until(lambda: "Suspended orders" in browser.find_element(By.ID, "status").text,
-          "the suspend answer")
+    until(lambda: "Suspended orders" in text("status"), "the suspend answer")
     until(lambda: "suspended" in orders_row().find_element(By.CSS_SELECTOR, "td.state").text,
           "orders suspended")
     shot("2-suspended")
+    assert httpx.get(console.url + "/triggers").json()["triggers"]["orders"]["suspended"]
     assert any(line["outcome"] == "suspended" and line["trigger"] == "orders"
-               for line in journal(broker.bootstrap, names))
+               for line in journal(console.bootstrap, names))
     orders_row().find_element(By.CSS_SELECTOR, "button.resume").click()
-    until(lambda: "Resumed orders" in browser.find_element(By.ID, "status").text,
-          "the resume answer")
+    until(lambda: "Resumed orders" in text("status"), "the resume answer")
     until(lambda: "running" in orders_row().find_element(By.CSS_SELECTOR, "td.state").text,
           "orders running again")
+    assert not httpx.get(console.url + "/triggers").json()["triggers"]["orders"]["suspended"]
     shot("3-resumed")
 
-    # History lookup.
+    # History lookup: a simple trigger, then a join trigger with its activation.
     Select(browser.find_element(By.ID, "history-trigger")).select_by_value("orders")
     browser.find_element(By.ID, "history-identity").send_keys("o-1")
     browser.find_element(By.ID, "history-go").click()
-    until(lambda: "o-1: completed" in browser.find_element(By.ID, "history-result").text,
-          "o-1's completed entry")
-    assert "1d" in browser.find_element(By.ID, "history-result").text
+    until(lambda: "o-1: completed" in text("history-result"), "o-1's completed entry")
+    assert "kept for 1d" in text("history-result")
+    Select(browser.find_element(By.ID, "history-trigger")).select_by_value("pairs")
+    browser.find_element(By.ID, "history-identity").clear()
+    browser.find_element(By.ID, "history-identity").send_keys("l-2")
+    browser.find_element(By.ID, "history-activation").send_keys("act-2")
+    browser.find_element(By.ID, "history-go").click()
+    until(lambda: "l-2: completed" in text("history-result"), "l-2's entry in act-2")
+    browser.find_element(By.ID, "history-identity").clear()
+    browser.find_element(By.ID, "history-identity").send_keys("nobody")
+    browser.find_element(By.ID, "history-go").click()
+    until(lambda: "nobody: no history entry" in text("history-result"), "no entry")
+    shot("4-history")
 
     # Error documents, resubmitted from the page.
     Select(browser.find_element(By.ID, "docs-trigger")).select_by_value("orders")
@@ -171,40 +250,61 @@ def test_console_in_a_browser(broker: EmbeddedBroker, start_worker: Any, new_pre
     failed = until(lambda: browser.find_element(By.CSS_SELECTOR,
                                                 '#docs tr[data-identity="bad-1"]'),
                    "the error document")
-    shot("4-errors")
+    shot("5-errors")
     failed.find_element(By.CSS_SELECTOR, "button.resubmit").click()
-    until(lambda: "Resubmitted 1 error document(s) of orders"
-          in browser.find_element(By.ID, "status").text, "the resubmit answer")
-    wait_journal(broker.bootstrap, names,
-                 lambda ls: outcomes(ls, "bad-1", "orders").count("error") == 2, worker)
+    until(lambda: "Resubmitted 1 error document(s) of orders" in text("status"),
+          "the resubmit answer")
+    wait_journal(console.bootstrap, names,
+                 lambda ls: outcomes(ls, "bad-1", "orders").count("error") == 2,
+                 console.worker)
     until(lambda: len(browser.find_elements(
         By.CSS_SELECTOR, '#journal tr[data-identity="bad-1"][data-outcome="error"]')) == 2,
         "the second error in the live journal")
-    shot("5-resubmitted")
-    assert worker.alive
+    shot("6-resubmitted")
+    assert console.worker.alive
 
 
-def test_console_views_refuse_hostile_requests(broker: EmbeddedBroker, start_worker: Any,
-                                               new_prefix: Any, tmp_path: Path) -> None:
-    triggers = tmp_path / "triggers.toml"
-    triggers.write_text(TRIGGERS)
-    worker = start_worker(triggers, new_prefix(), partitions=1, admin_token=TOKEN)
-    url = worker.web_url
-    assert httpx.get(url + "/console/..%2F..%2Fweb.py").status_code == 404
-    assert httpx.get(url + "/console/index.html").status_code == 404
-    assert httpx.get(url + "/documents/nope").status_code == 404
+def test_hostile_requests_get_a_clear_4xx_and_the_worker_goes_on(console: Console) -> None:
+    url = console.url
+    for path in ("/console/..%2F..%2Fweb.py", "/console/index.html", "/console/../web.py",
+                 "/nothing-here", "/documents/nope", "/documents/%3Cscript%3E"):
+        answer = httpx.get(url + path)
+        assert answer.status_code == 404, (path, answer.text)
+        assert "Traceback" not in answer.text
+        # Echoed names are JSON, never a page a browser would run.
+        assert not answer.headers.get("content-type", "").startswith("text/html")
+        assert answer.headers["x-content-type-options"] == "nosniff"
     assert httpx.get(url + "/documents/orders?outcome=%00%ff").status_code == 400
-    assert httpx.get(url + "/documents/orders?outcome=error").json()["documents"] == []
+    assert httpx.get(url + "/documents/pairs?outcome=error").json()["documents"] == []
+    # A huge query string, a request line of bytes that are not UTF-8, a huge header.
+    huge = b"GET /overview?" + b"a=" + b"x" * 200_000 + b" HTTP/1.1\r\nHost: w\r\n" \
+        b"Connection: close\r\n\r\n"
+    for head in (huge,
+                 b"GET /\xff\xfe/\xc3( HTTP/1.1\r\nHost: w\r\nConnection: close\r\n\r\n",
+                 b"GET /history/orders/\xff?activation=\xfe HTTP/1.1\r\nHost: w\r\n"
+                 b"Connection: close\r\n\r\n",
+                 b"GET /journal/tail HTTP/1.1\r\nHost: w\r\nX-Big: " + b"y" * 100_000 +
+                 b"\r\nConnection: close\r\n\r\n",
+                 b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64):  # TLS hello
+        status, data = raw_request(url, head)
+        assert 400 <= status < 500, (head[:40], data[:300])
+        assert b"Traceback" not in data
+    # Resubmit: the token, then a body that is not what it must be.
     assert httpx.post(url + "/triggers/orders/resubmit", content=b"{}").status_code == 403
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    for body in (b"\xff\xfe", b"[]", b'{"outcome": "processed"}',
+    for body in (b"\xff\xfe", b"[]", b"null", b'{"outcome": "processed"}',
                  b'{"outcome": "error", "identities": "x"}',
-                 orjson.dumps({"outcome": "error", "identities": ["x" * 1001]})):
+                 b'{"outcome": "error", "identities": [1]}',
+                 orjson.dumps({"outcome": "error", "identities": ["x" * 1001]}),
+                 orjson.dumps({"outcome": "error", "identities": ["x"] * 1001})):
         answer = httpx.post(url + "/triggers/orders/resubmit", content=body, headers=auth)
-        assert answer.status_code == 400, (body, answer.text)
+        assert answer.status_code == 400, (body[:40], answer.text)
+    answer = httpx.post(url + "/triggers/%3Cscript%3E/resubmit", headers=auth,
+                        content=b'{"outcome": "error"}')
+    assert answer.status_code == 404 and "<script>" in answer.json()["error"]
     answer = httpx.post(url + "/triggers/orders/resubmit", headers=auth,
                         content=b'{"outcome": "in-doubt"}')
     assert answer.status_code == 202 and answer.json()["resubmitted"] == []
     assert httpx.get(url + "/overview?local=1").json()["url"] == url
-    assert httpx.get(url + "/journal/tail").json()["records"] == []
-    assert worker.alive
+    assert httpx.get(url + "/livez").status_code == 200
+    assert console.worker.alive
