@@ -102,6 +102,22 @@ def test_views_answer_from_both_workers_and_suspension_needs_the_token(
         assert view["triggers"]["pairs"]["open_joins"] == 1
         assert view["triggers"]["orders"]["definition"]["types"] == ["order"]
         assert view["triggers"]["orders"]["suspended"] is False
+    # The console's view of the group, from either worker: both workers, each with its own
+    # partitions, the counts summed, and the journal tail of both.
+    urls = sorted(w.web_url for w in workers)
+    for worker in workers:
+        overview = http_json(worker.web_url + "/overview")[1]
+        assert overview["worker"] == worker.web_url and overview["unreachable"] == []
+        assert sorted(w["url"] for w in overview["workers"]) == urls
+        owned = [(p["topic"], p["partition"]) for w in overview["workers"]
+                 for p in w["partitions"] if p["topic"].endswith(".order")]
+        assert len(owned) == len(set(owned)) == 4  # every order partition, each once
+        assert all(w["partitions"] for w in overview["workers"])
+        assert overview["triggers"]["orders"]["counts"] == {"processed": 8}
+        assert [j["activation"] for j in overview["joins"]] == ["a-1"]
+        tail = http_json(worker.web_url + "/journal/tail")[1]
+        assert sorted(r["identity"] for r in tail["records"]
+                      if r["outcome"] == "processed") == sorted(f"o-{i}" for i in range(8))
     entries = [http_json(w.web_url + "/history/orders/o-3")[1] for w in workers]
     assert entries[0] == entries[1]
     assert entries[0]["entry"]["completed"] is True
