@@ -299,6 +299,15 @@ def test_hostile_requests_get_a_clear_4xx_and_the_worker_goes_on(console: Consol
                  orjson.dumps({"outcome": "error", "identities": ["x"] * 1001})):
         answer = httpx.post(url + "/triggers/orders/resubmit", content=body, headers=auth)
         assert answer.status_code == 400, (body[:40], answer.text)
+    huge_body = httpx.post(url + "/triggers/orders/resubmit", headers=auth,
+                           content=b'{"outcome": "error", "identities": ["' + b"x" * 3_000_000
+                           + b'"]}')
+    assert 400 <= huge_body.status_code < 500
+    for method, path in (("POST", "/overview"), ("DELETE", "/"), ("GET",
+                         "/triggers/orders/suspend"), ("PUT", "/console/console.js")):
+        answer = httpx.request(method, url + path, headers=auth)
+        assert answer.status_code == 405, (method, path, answer.status_code)
+    assert not httpx.get(url + "/triggers").json()["triggers"]["orders"]["suspended"]
     answer = httpx.post(url + "/triggers/%3Cscript%3E/resubmit", headers=auth,
                         content=b'{"outcome": "error"}')
     assert answer.status_code == 404 and "<script>" in answer.json()["error"]
