@@ -117,6 +117,14 @@ def test_probes_and_a_dead_owner_answer_503_with_retry_after(
     assert "does not answer" in body["error"], body
     status, headers, body = get(first.web_url + "/triggers")
     assert status == 503 and int(headers["Retry-After"]) >= 1, (status, body)
+    # The console's overview still answers, naming the worker that does not answer (or,
+    # once the group has moved on, only the survivor).
+    status, _, body = get(first.web_url + "/overview")
+    assert status == 200, (status, body)
+    assert body["worker"] == first.web_url
+    assert first.web_url in [w["url"] for w in body["workers"]]
+    assert second.web_url not in [w["url"] for w in body["workers"]]
+    assert body["unreachable"] in ([second.web_url], []), body["unreachable"]
 
     # Until the survivor has the partitions: 503 with Retry-After, never a 500.
     seen = []
