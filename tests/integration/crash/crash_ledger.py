@@ -24,7 +24,17 @@ _lock = threading.Lock()
 def connect(path: str) -> sqlite3.Connection:
     connection = sqlite3.connect(path, timeout=60, isolation_level=None,
                                  check_same_thread=False)
-    connection.execute("PRAGMA journal_mode=WAL")
+    # Two workers open the ledger at once: switching a new file to WAL takes a lock that
+    # SQLite does not wait for (its busy timeout does not cover it), so try again.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
     connection.execute("PRAGMA synchronous=NORMAL")
     connection.execute(
         "CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, pid INTEGER, at REAL)")
