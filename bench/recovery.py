@@ -81,7 +81,8 @@ def main() -> None:
         filled = time.monotonic()
         first = start(broker, data, workdir / "first.log")
         try:
-            worker_bench_rate = args.documents / wait_processed(broker, first, args.documents)
+            worker_bench_rate = args.documents / worker_bench.wait_journaled(
+                broker, first, args.documents)
         finally:
             first.stop()
         print(f"processed {args.documents:,} documents in {time.monotonic() - filled:.0f} s "
@@ -105,25 +106,6 @@ def main() -> None:
           f"(compacted Kafka: about {args.documents:,}, one a live entry)")
     print(f"target: recovery of {args.documents:,} history entries within 30 s: "
           f"{'met' if wiped_seconds <= 30 else 'NOT met'}")
-
-
-def wait_processed(broker: EmbeddedBroker, worker: WorkerProcess, documents: int) -> float:
-    """Seconds until every document has its journal record."""
-    worker.wait_ready()
-    started = time.monotonic()
-
-    async def done() -> None:
-        journal = await TopicFollower(broker.bootstrap, PREFIX + "onceflow.journal").start()
-        try:
-            while len(journal.records) < documents:
-                if not worker.alive:
-                    raise RuntimeError(f"the worker died; see {worker.log_path}")
-                await journal.wait(0.5)
-        finally:
-            await journal.stop()
-
-    asyncio.run(done())
-    return time.monotonic() - started
 
 
 if __name__ == "__main__":

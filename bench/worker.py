@@ -58,23 +58,28 @@ def onceflow_rate(broker: EmbeddedBroker, documents: int, workdir: Path) -> floa
            "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT"}  # the embedded broker is open
     worker = WorkerProcess(HERE / "triggers.toml", env, workdir / "onceflow.log").start()
     try:
-        worker.wait_ready()
-        started = time.monotonic()
-
-        async def done() -> None:
-            journal = await TopicFollower(broker.bootstrap, PREFIX + "onceflow.journal").start()
-            try:
-                while len(journal.records) < documents:
-                    if not worker.alive:
-                        raise RuntimeError(f"the worker died; see {workdir / 'onceflow.log'}")
-                    await journal.wait(0.2)
-            finally:
-                await journal.stop()
-
-        asyncio.run(done())
-        return documents / (time.monotonic() - started)
+        return documents / wait_journaled(broker, worker, documents)
     finally:
         worker.stop()
+
+
+def wait_journaled(broker: EmbeddedBroker, worker: WorkerProcess, documents: int) -> float:
+    """Seconds from the worker being ready until `documents` journal records are out."""
+    worker.wait_ready()
+    started = time.monotonic()
+
+    async def done() -> None:
+        journal = await TopicFollower(broker.bootstrap, PREFIX + "onceflow.journal").start()
+        try:
+            while len(journal.records) < documents:
+                if not worker.alive:
+                    raise RuntimeError(f"the worker died; see {worker.log_path}")
+                await journal.wait(0.2)
+        finally:
+            await journal.stop()
+
+    asyncio.run(done())
+    return time.monotonic() - started
 
 
 def naive_rate(broker: EmbeddedBroker, documents: int, workdir: Path, name: str,
