@@ -36,11 +36,19 @@ from aiokafka.errors import KafkaError
 from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC, build_processors, dead_letter
 from onceflow.envelope import Document, NotJson, Record, decode_value, envelope_fields
-from onceflow.history import COMPLETED, FAILED, PROCESSING, entry_key
+from onceflow.history import HistoryEntry, entry_key
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_prefix, split_state_key, state_key
-from onceflow.processor import HELD, WAITING_AGAIN, Output, Run, Sink, TriggerProcessor
+from onceflow.processor import (
+    HELD,
+    WAITING_AGAIN,
+    Output,
+    Run,
+    Sink,
+    TriggerProcessor,
+    error_output,
+)
 from onceflow.tables.outbox import Outbox
 from onceflow.tables.state import (
     PartitionStore,
@@ -324,14 +332,8 @@ class PartitionWorker(ControlMixin):
         sink.journal.append(JournalRecord(trigger.name, J.BAD_INPUT, doc.identity,
                                           doc.activation, doc.ts, doc.topic, doc.partition,
                                           doc.offset, reason, None, doc.position))
-        headers = {"dup-id": f"{trigger.name}:{doc.identity}", "trigger": trigger.name,
-                   "identity": doc.identity}
-        if doc.activation is not None:
-            headers["activation"] = doc.activation
-        error = Output(trigger.error, doc.key or doc.activation, {
-            "trigger": trigger.name, "identity": doc.identity, "activation": doc.activation,
-            "error": {"type": "BadInput", "message": reason}, "attempts": 0,
-            "documents": [limits.reference(doc)]}, headers)
+        error = error_output(trigger, [limits.reference(doc)], doc.key or doc.activation,
+                             doc.identity, doc.activation, "BadInput", reason, 0)
         limits.fit(error, "error", [doc], self.rt.options.max_record_bytes)
         sink.output(error)
 
@@ -682,11 +684,11 @@ class PartitionWorker(ControlMixin):
         value = store.get(key)
         if value is None:
             return False
-        flags = value[1]
-        if only == "processing" and flags & (PROCESSING | COMPLETED) == PROCESSING:
+        entry = HistoryEntry.stored(value)
+        if only == "processing" and entry.processing and not entry.completed:
             del store[key]
             return True
-        if only == "failed" and flags & FAILED:
+        if only == "failed" and entry.failed:
             del store[key]
             return True
         return False

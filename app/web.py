@@ -216,7 +216,7 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
                 return forwarded
             key = entry_key(joined, identity, activation)
             value = durable_store(app, "history", partition, key_prefix(trigger)).get(key)
-            entry = None if value is None else HistoryEntry(value[0], value[1]).describe()
+            entry = None if value is None else HistoryEntry.stored(value).describe()
             return self.json({"trigger": trigger, "identity": identity,
                               "activation": activation, "entry": entry,
                               "history_ttl": definition.history_ttl,

@@ -89,10 +89,6 @@ def build_processors(
     return processors
 
 
-# What one record (or many) produced.
-Processed = Sink
-
-
 def dead_letter(record: Record, reason: str) -> Output:
     """The dead-letter copy of a record rejected at ingress: nothing is lost."""
     from .envelope import MAX_DEPTH, NotJson, deep_json, nested_deeper_than, safe_headers

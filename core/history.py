@@ -74,6 +74,12 @@ class HistoryEntry:
         """The run that completed ended in a service error."""
         return bool(self.flags & FAILED)
 
+    @staticmethod
+    def stored(value: Any) -> HistoryEntry:
+        """The entry a history store holds as `[started, flags]` (the one decoder)."""
+        started, flags = value
+        return HistoryEntry(started, flags)
+
     def describe(self) -> dict[str, Any]:
         """A readable form for views and the CLI."""
         return {
@@ -101,10 +107,10 @@ class History:
             raise HistoryUnavailable(f"document history cannot be read: {exc}") from exc
         if value is None:
             return None
-        started, flags = value
-        if now - started > self.ttl:
+        entry = HistoryEntry.stored(value)
+        if now - entry.started > self.ttl:
             return None
-        return HistoryEntry(started, flags)
+        return entry
 
     def mark_processing(self, key: str, started: Timestamp) -> None:
         """Write the processing entry, immediately before the service runs."""

@@ -1,13 +1,13 @@
 """One trigger's path for a document: exactly-once check, join, service, history, journal.
 
-The processor is split around the service call so that a runner can batch: `begin`
+The processor is split around the service call so that a runner can batch: `take`
 decides and writes the processing entries, the runner makes them durable and runs the
-service, `finish` writes the completed entries, the journal and the outputs.
+service, `complete` writes the completed entries, the journal and the outputs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import journal as J
@@ -78,16 +78,6 @@ class Run:
                            1, newest.message_id)
 
 
-@dataclass(slots=True)
-class Step:
-    """What one begin or finish produced.  `held`: the trigger is suspended."""
-
-    journal: list[JournalRecord] = field(default_factory=list)
-    outputs: list[Output] = field(default_factory=list)
-    run: Run | None = None
-    held: bool = False
-
-
 class Sink:
     """Where a runner collects journal records and outputs across many documents.
 
@@ -153,19 +143,6 @@ class TriggerProcessor:
         self.suspended_reason = ""
 
     # -- the path of one document -------------------------------------------------------
-
-    def begin(self, doc: Document) -> Step:
-        """Check, join and prepare the run of one document routed to this trigger."""
-        sink = Sink()
-        run = self.take(doc, sink)
-        return Step(sink.journal, sink.outputs or [], run if isinstance(run, Run) else None,
-                    run is HELD)
-
-    def finish(self, run: Run, result: ServiceResult) -> Step:
-        """Record how the run ended: completed entries, journal, outputs."""
-        sink = Sink()
-        self.complete(run, result, sink)
-        return Step(sink.journal, sink.outputs or [], None, self.suspended)
 
     def take(self, doc: Document, sink: Sink) -> Run | _Held | None:
         """begin() for runners: journal and outputs go to the sink.
@@ -410,23 +387,40 @@ class TriggerProcessor:
 
     def _error_output(self, members: list[Document], identity: str, activation: str | None,
                       error_type: str, message: str, attempts: int) -> Output:
-        value = {
-            "trigger": self.trigger.name,
-            "identity": identity,
-            "activation": activation,
-            "error": {"type": error_type, "message": message},
-            "attempts": attempts,
-            "documents": [member.envelope for member in members],
-        }
-        return Output(self.trigger.error, members[-1].key or activation, value,
-                      self._output_headers(identity, activation))
+        return error_output(self.trigger, [member.envelope for member in members],
+                            members[-1].key or activation, identity, activation, error_type,
+                            message, attempts)
 
     def _output_headers(self, identity: str, activation: str | None) -> dict[str, str]:
-        headers = {H_DUP_ID: f"{self.trigger.name}:{identity}", "trigger": self.trigger.name,
-                   "identity": identity}
-        if activation is not None:
-            headers["activation"] = activation
-        return headers
+        return output_headers(self.trigger, identity, activation)
 
     def _output_key(self, run: Run) -> str | None:
         return run.activation if run.activation is not None else run.newest.key
+
+
+def output_headers(trigger: TriggerDef, identity: str, activation: str | None
+                   ) -> dict[str, str]:
+    """The headers of every document a trigger publishes.
+
+    The dup-id lets a consumer or a bridge drop a second copy.
+    """
+    headers = {H_DUP_ID: f"{trigger.name}:{identity}", "trigger": trigger.name,
+               "identity": identity}
+    if activation is not None:
+        headers["activation"] = activation
+    return headers
+
+
+def error_output(trigger: TriggerDef, documents: list[Any], key: str | None, identity: str,
+                 activation: str | None, error_type: str, message: str,
+                 attempts: int) -> Output:
+    """The error document of a run (or of a document the trigger could not take)."""
+    value = {
+        "trigger": trigger.name,
+        "identity": identity,
+        "activation": activation,
+        "error": {"type": error_type, "message": message},
+        "attempts": attempts,
+        "documents": documents,
+    }
+    return Output(trigger.error, key, value, output_headers(trigger, identity, activation))
