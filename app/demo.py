@@ -17,7 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from onceflow.app.replay import replay_scenario, summary_table
+from onceflow.app.replay import replay_scenario
+from onceflow.journal import summary_table
 from onceflow.scenario import load_scenario
 
 

@@ -261,7 +261,7 @@ def run_live(path: str, *, bootstrap: str | None = None,
 
 def print_live(path: str, *, summary: bool = False, bootstrap: str | None = None) -> int:
     """The `onceflow replay --live` command."""
-    from .replay import summary_table
+    from onceflow.journal import summary_table
 
     lines = run_live(path, bootstrap=bootstrap, keep=bool(os.environ.get("ONCEFLOW_KEEP")))
     if summary:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import ctypes
 import gc
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 from onceflow.engine import Engine
-from onceflow.journal import OUTCOMES, JournalRecord
+from onceflow.journal import JournalRecord, summary_table
 from onceflow.processor import Output, Sink
 from onceflow.scenario import Scenario, load_scenario
 
@@ -71,32 +70,6 @@ def write_outputs(outputs: list[Output], folder: Path) -> None:
                 handle.write(b"\n")
 
 
-def summary_table(records: Iterable[dict[str, Any]]) -> str:
-    """Counts of outcomes per trigger, as a readable table."""
-    counts: Counter[tuple[str, str]] = Counter()
-    for record in records:
-        counts[(record.get("trigger") or "(ingress)", record["outcome"])] += 1
-    triggers = sorted({t for t, _ in counts}, key=lambda t: (t == "(ingress)", t))
-    outcomes = [o for o in _OUTCOME_ORDER if any(counts[(t, o)] for t in triggers)]
-    if not triggers:
-        return "no journal records\n"
-    width = max(len("trigger"), *(len(t) for t in triggers))
-    columns = [max(len(o), 5) for o in outcomes]
-    lines = ["trigger".ljust(width) + "  " + "  ".join(
-        o.rjust(w) for o, w in zip(outcomes, columns, strict=True))]
-    lines.append("-" * len(lines[0]))
-    for trigger in triggers:
-        lines.append(trigger.ljust(width) + "  " + "  ".join(
-            str(counts[(trigger, o)] or "").rjust(w)
-            for o, w in zip(outcomes, columns, strict=True)))
-    return "\n".join(lines) + "\n"
-
-
-_OUTCOME_ORDER = [
-    "processed", "error", "duplicate", "rejected", "in-doubt", "join-pending", "join-expired",
-    "join-discarded", "bad-input", "duplicate-id", "retry", "suspended", "resumed",
-]
-assert set(_OUTCOME_ORDER) == OUTCOMES
 
 
 # glibc's mallopt parameters (malloc.h).

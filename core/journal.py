@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,11 @@ TERMINAL = frozenset(
      DUPLICATE_ID}
 )
 OUTCOMES = TERMINAL | {JOIN_PENDING, RETRY, SUSPENDED, RESUMED}
+# The order in which tables and reports list outcomes.
+OUTCOME_ORDER = (
+    PROCESSED, ERROR, DUPLICATE, REJECTED, IN_DOUBT, JOIN_PENDING, JOIN_EXPIRED,
+    JOIN_DISCARDED, BAD_INPUT, DUPLICATE_ID, RETRY, SUSPENDED, RESUMED,
+)
 
 
 @dataclass(init=False, slots=True)
@@ -117,3 +124,24 @@ def contract_key(record: dict[str, Any]) -> tuple[Any, ...]:
         record.get("activation"),
         record.get("ts"),
     )
+
+
+def summary_table(records: Iterable[dict[str, Any]]) -> str:
+    """Counts of outcomes per trigger (journal records as dicts), as a readable table."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for record in records:
+        counts[(record.get("trigger") or "(ingress)", record["outcome"])] += 1
+    triggers = sorted({t for t, _ in counts}, key=lambda t: (t == "(ingress)", t))
+    outcomes = [o for o in OUTCOME_ORDER if any(counts[(t, o)] for t in triggers)]
+    if not triggers:
+        return "no journal records\n"
+    width = max(len("trigger"), *(len(t) for t in triggers))
+    columns = [max(len(o), 5) for o in outcomes]
+    lines = ["trigger".ljust(width) + "  " + "  ".join(
+        o.rjust(w) for o, w in zip(outcomes, columns, strict=True))]
+    lines.append("-" * len(lines[0]))
+    for trigger in triggers:
+        lines.append(trigger.ljust(width) + "  " + "  ".join(
+            str(counts[(trigger, o)] or "").rjust(w)
+            for o, w in zip(outcomes, columns, strict=True)))
+    return "\n".join(lines) + "\n"

@@ -202,7 +202,7 @@ def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: s
 
 
 def _print_summary(counts: dict[tuple[str | None, str], int], held: dict[str, int]) -> None:
-    from onceflow.app.replay import summary_table
+    from onceflow.journal import summary_table
 
     # The table counts records: one row object per (trigger, outcome), repeated.
     rows = chain.from_iterable(repeat({"trigger": t, "outcome": o}, n)

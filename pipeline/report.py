@@ -9,15 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from onceflow.journal import TERMINAL
+from onceflow.journal import OUTCOME_ORDER, TERMINAL
 
 from .audit import AuditResult
 from .charts import OUTCOME_COLOURS, histogram, horizontal_bars, stacked_columns, time_label
-
-OUTCOME_ORDER = [
-    "processed", "error", "duplicate", "rejected", "in-doubt", "join-pending", "join-expired",
-    "join-discarded", "bad-input", "duplicate-id", "retry", "suspended", "resumed",
-]
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #212121; }

@@ -34,3 +34,21 @@ def test_the_core_imports_no_runner() -> None:
                        "onceflow.app", "onceflow.pipeline"):
             assert f"import {runner}" not in text and f"from {runner}" not in text, (
                 f"{path.name} imports {runner}")
+
+
+# Which onceflow packages each package may not import: dependencies point one way,
+# core <- tables <- agents <- app, and core <- pipeline <- app (app is the top).
+FORBIDDEN = {
+    "tables": ("onceflow.agents", "onceflow.app", "onceflow.pipeline"),
+    "agents": ("onceflow.app", "onceflow.pipeline"),
+    "pipeline": ("onceflow.agents", "onceflow.app", "onceflow.tables"),
+}
+
+
+def test_every_package_imports_only_the_layers_below_it() -> None:
+    for package, forbidden in FORBIDDEN.items():
+        for path in (ROOT / package).glob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            for name in forbidden:
+                assert f"import {name}" not in text and f"from {name}" not in text, (
+                    f"{package}/{path.name} imports {name}")
