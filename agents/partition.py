@@ -36,10 +36,10 @@ from aiokafka.errors import KafkaError
 from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC, build_processors, dead_letter
 from onceflow.envelope import Document, NotJson, Record, decode_value, envelope_fields
-from onceflow.history import HistoryEntry, entry_key
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_prefix, split_state_key, state_key
+from onceflow.partition import Partition, routing_key
 from onceflow.processor import (
     HELD,
     WAITING_AGAIN,
@@ -123,30 +123,27 @@ class PartitionWorker(ControlMixin):
         self.control = PartitionStore(control_buffer, "")
         self.processors = build_processors(runtime.triggers, runtime.callees,
                                            self.history.__getitem__, self.joins.__getitem__)
-        self._join_processors = [p for p in self.processors.values() if p.joins is not None]
-        self.now: float | None = self.control.get(_TIME)
-        self._stored_now = self.now
-        if self.now is not None:
+        now: float | None = self.control.get(_TIME)
+        self._stored_now = now
+        if now is not None:
             wall = runtime.wall_clock()
-            ahead = clock.ahead(self.now, wall, runtime.options.max_clock_skew)
+            ahead = clock.ahead(now, wall, runtime.options.max_clock_skew)
             if ahead is not None:
                 # Stored before the limit existed (or this machine's clock went back):
                 # such a time would expire every join opened from now on.
                 log.warning("onceflow: partition %d: the stored partition time: %s; it "
                             "starts again from the wall clock", partition, ahead)
-                self.now = wall
-        self.held: dict[str, list[str]] = {name: [] for name in self.processors}
-        for key in self.control.keys():
-            if key.startswith(_HELD_PREFIX):
-                _, name, _ = split_state_key(key)
-                if name in self.held:
-                    self.held[name].append(key)
+                now = wall
+        self.holding = HeldInControl(self.control, list(self.processors),
+                                     runtime.options.max_record_bytes)
+        # The rules of partition time, expiry, sweeps, holding, seeds and forgetting are
+        # the core's (onceflow.partition), the same as replay's and Spark's.
+        self.state = Partition(self.processors, self.holding, now)
         for name, processor in self.processors.items():
             entry = self.control.get(state_key(_SUSPENDED, name))
             if entry is not None:
                 processor.suspended = True
                 processor.suspended_reason = entry["reason"]
-        self._next_sweep: dict[str, float] = {}
         self.lock = asyncio.Lock()
         self.batch = SubBatch()
         self.outbox = Outbox()
@@ -156,6 +153,16 @@ class PartitionWorker(ControlMixin):
         self.handling = 0  # index of the record at hand in the group being processed
         self._raw_key: bytes | None = None  # its key, when the key is not UTF-8
         self.durable = 0  # how many records of that group are durable
+
+    @property
+    def now(self) -> float | None:
+        """Partition time."""
+        return self.state.now
+
+    @property
+    def held(self) -> dict[str, list[str]]:
+        """The control-table keys of each suspended trigger's held documents, oldest first."""
+        return self.holding.keys
 
     # -- a group of records -------------------------------------------------------------
 
@@ -295,7 +302,7 @@ class PartitionWorker(ControlMixin):
         remote: dict[int, list[str]] | None = None
         partitions = rt.options.partitions
         for trigger in targets:
-            routing = wire.routing_key(trigger, document)
+            routing = routing_key(trigger, document)
             target = wire.route_partition(routing, partitions)
             if target == self.partition:
                 await self.take(self.processors[trigger.name], document)
@@ -305,7 +312,7 @@ class PartitionWorker(ControlMixin):
                 remote.setdefault(target, []).append(trigger.name)
         if remote:
             for target, names in remote.items():
-                key = wire.routing_key(self.processors[names[0]].trigger, document).encode()
+                key = routing_key(self.processors[names[0]].trigger, document).encode()
                 message = wire.doc_message(names, document)
                 signature = rt.signer.headers(rt.names.route, target, message)
                 size = limits.record_size(key, message, signature)
@@ -549,9 +556,9 @@ class PartitionWorker(ControlMixin):
                     fit_take(take, limit)
                     self.outputs.extend(take.sink.outputs)
         batch.clear()
-        now = self.now
+        now = self.state.now
         if now is not None:
-            self._expire(now)
+            self.state.expire_at(now, self.journal)
             if self.rt.options.history_sweeps:
                 self.sweep_due(now)
             if now != self._stored_now:
@@ -576,23 +583,14 @@ class PartitionWorker(ControlMixin):
     # -- time -------------------------------------------------------------------------
 
     def _advance(self, ts: float) -> None:
-        now = self.now
+        state = self.state
+        now = state.now
+        # What reaches here was checked against the clock where it came in; a routed
+        # document from a worker whose clock is ahead moves time only to the limit.
+        limit = None
         if now is None or ts > now:
-            # What reaches here was checked against the clock where it came in; a routed
-            # document from a worker whose clock is ahead moves time only to the limit.
             limit = self.rt.wall_clock() + self.rt.options.max_clock_skew
-            if ts > limit:
-                ts = limit
-            if now is None or ts > now:
-                self.now = now = ts
-        if self._join_processors:
-            self._expire(now)
-
-    def _expire(self, now: float) -> None:
-        for processor in self._join_processors:
-            deadlines = processor.joins.deadlines  # type: ignore[union-attr]
-            if deadlines and deadlines[0][0] < now:
-                self.journal.extend(processor.expire(now))
+        state.advance(ts, self.journal, limit)
 
     def tick(self, ts: float) -> None:
         """Move partition time to ts (a clock tick or a live replay's time)."""
@@ -600,63 +598,28 @@ class PartitionWorker(ControlMixin):
 
     def sweep_due(self, now: float, force: str | None = None) -> int:
         """Sweep the history of triggers whose sweep is due (or `force`: that one now)."""
-        horizon = self.rt.sweep_horizon()
-        at = now if horizon is None else min(now, horizon)
-        removed = 0
-        for name, processor in self.processors.items():
-            if processor.history is None:
-                continue
-            due = self._next_sweep.get(name)
-            if force == name or (due is not None and now >= due):
-                removed += processor.sweep(at)
-            if due is None or now >= due or force == name:
-                self._next_sweep[name] = now + processor.trigger.history_sweep_interval
-        return removed
+        return self.state.sweep_due(now, self.rt.sweep_horizon(), force)
 
     # -- suspension -------------------------------------------------------------------
 
     def hold(self, processor: TriggerProcessor, docs: list[Document]) -> None:
         """Keep documents of a suspended trigger until it resumes (in the changelog)."""
-        name = processor.trigger.name
-        keys = self.held[name]
-        last = int(split_state_key(keys[-1])[-1]) if keys else 0
-        limit = self.rt.options.max_record_bytes
-        sink = Sink(self.journal, self.outputs)
-        for doc in docs:
-            last += 1
-            key = state_key(_HELD, name, f"{last:012d}")
-            data = doc.to_json()
-            size = limits.record_size(key.encode(), orjson.dumps(data))
-            if size > limit:
-                self._too_large(processor, doc, limits.too_large(
-                    "the document held for the suspended trigger", size, limit), sink)
-                continue
-            self.control[key] = data
-            keys.append(key)
+        refused = self.state.hold(processor, docs)
+        if refused:
+            sink = Sink(self.journal, self.outputs)
+            for doc, why in refused:
+                self._too_large(processor, doc, why, sink)
 
     def set_suspended(self, processor: TriggerProcessor, reason: str) -> None:
         """Record a suspension (so that it survives a restart)."""
-        processor.suspended = True
-        processor.suspended_reason = reason
-        self.control[state_key(_SUSPENDED, processor.trigger.name)] = {"reason": reason}
+        self.state.suspend(processor, reason)
 
     async def resume(self, processor: TriggerProcessor, reason: str,
                      journal: bool) -> None:
         """Lift a suspension and decide the held documents again, oldest first."""
-        name = processor.trigger.name
-        if not processor.suspended:
-            return
-        record = processor.resume(self.now, reason)
-        if journal:
+        record, docs = self.state.resume(processor, reason)
+        if record is not None and journal:
             self.journal.append(record)
-        suspended = state_key(_SUSPENDED, name)
-        if suspended in self.control:
-            del self.control[suspended]
-        keys, self.held[name] = self.held[name], []
-        docs = []
-        for key in keys:
-            docs.append(Document.from_json(self.control[key]))
-            del self.control[key]
         for doc in docs:
             await self.take(processor, doc)
 
@@ -664,34 +627,62 @@ class PartitionWorker(ControlMixin):
 
     def seed(self, message: dict[str, Any]) -> None:
         """Load a history entry (scenario history.jsonl, imports)."""
-        processor = self.processors.get(message["trigger"])
-        if processor is None or processor.history is None:
-            return
-        key = entry_key(processor.trigger.routes_by_activation, message["identity"],
-                        message.get("activation"))
-        processor.history.seed(key, message["status"], message["ts"],
-                               bool(message.get("failed")))
+        self.state.seed(message["trigger"], message["identity"], message["status"],
+                        message["ts"], bool(message.get("failed")), message.get("activation"))
 
     def forget(self, trigger: str, key: str, only: str) -> bool:
-        """Remove an entry so a resubmitted document is decided again.
+        """Remove an entry so a resubmitted document is decided again (see Partition)."""
+        return self.state.forget(trigger, key, only)
 
-        only="processing": just a processing-only entry (an in-doubt document);
-        only="failed": just an entry whose run failed (an error document).
-        """
-        store = self.history.get(trigger)
-        if store is None:
-            return False
-        value = store.get(key)
-        if value is None:
-            return False
-        entry = HistoryEntry.stored(value)
-        if only == "processing" and entry.processing and not entry.completed:
-            del store[key]
-            return True
-        if only == "failed" and entry.failed:
-            del store[key]
-            return True
-        return False
+
+class HeldInControl:
+    """Held documents in the partition's control table: they survive a restart.
+
+    Each under `held<US>trigger<US>NNNNNNNNNNNN`, numbered in arrival order; the
+    suspension itself under `suspended<US>trigger`.  A document whose changelog record
+    would be larger than max_record_bytes is refused (bad input for the trigger).
+    """
+
+    def __init__(self, control: PartitionStore, triggers: list[str], limit: int) -> None:
+        self.control = control
+        self.limit = limit
+        self.keys: dict[str, list[str]] = {name: [] for name in triggers}
+        for key in control.keys():
+            if key.startswith(_HELD_PREFIX):
+                _, name, _ = split_state_key(key)
+                if name in self.keys:
+                    self.keys[name].append(key)
+
+    def add(self, trigger: str, doc: Document) -> str | None:
+        """Keep doc in the control table; why not, when its record would be too large."""
+        keys = self.keys[trigger]
+        last = int(split_state_key(keys[-1])[-1]) if keys else 0
+        key = state_key(_HELD, trigger, f"{last + 1:012d}")
+        data = doc.to_json()
+        size = limits.record_size(key.encode(), orjson.dumps(data))
+        if size > self.limit:
+            return limits.too_large("the document held for the suspended trigger", size,
+                                    self.limit)
+        self.control[key] = data
+        keys.append(key)
+        return None
+
+    def drain(self, trigger: str) -> list[Document]:
+        """The held documents, oldest first, removed from the table."""
+        keys, self.keys[trigger] = self.keys[trigger], []
+        docs = []
+        for key in keys:
+            docs.append(Document.from_json(self.control[key]))
+            del self.control[key]
+        return docs
+
+    def mark(self, trigger: str, reason: str | None) -> None:
+        """Record (or clear, reason None) the suspension of trigger."""
+        key = state_key(_SUSPENDED, trigger)
+        if reason is not None:
+            self.control[key] = {"reason": reason}
+        elif key in self.control:
+            del self.control[key]
 
 
 def _claims(value: bytes | None) -> str:

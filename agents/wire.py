@@ -23,7 +23,6 @@ from onceflow.envelope import Document, json_kind
 from onceflow.journal import JournalRecord
 from onceflow.processor import Output
 from onceflow.tables.outbox import Outbox, partition_for
-from onceflow.triggers import TriggerDef
 
 from .signing import RouteSigner
 
@@ -208,13 +207,6 @@ class Names:
     def app_id(self) -> str:
         """The Faust application id (consumer group, changelog topic names)."""
         return self.prefix + "onceflow"
-
-
-def routing_key(trigger: TriggerDef, doc: Document) -> str:
-    """What a trigger's state is keyed by: the activation for joins, else the identity."""
-    if trigger.routes_by_activation and doc.activation is not None:
-        return doc.activation
-    return doc.identity
 
 
 def route_partition(key: str, partitions: int) -> int:

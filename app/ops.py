@@ -27,6 +27,7 @@ from onceflow.errors import OnceflowError, ScenarioError
 from onceflow.history import entry_key
 from onceflow.ingress import Ingress
 from onceflow.journal import IN_DOUBT
+from onceflow.partition import routing_key
 from onceflow.scenario import parse_record_line
 from onceflow.tables.outbox import record_size
 from onceflow.triggers import ALL, ONLY_ONE, TriggerDef, TriggerSet, load_triggers
@@ -366,7 +367,7 @@ async def resubmit_documents(triggers: TriggerSet, trigger: TriggerDef,
         if doc is None:
             continue
         doc.delivery_count = max(2, doc.delivery_count + 1)
-        key = wire.routing_key(trigger, doc)
+        key = routing_key(trigger, doc)
         entry = entry_key(trigger.routes_by_activation and doc.activation is not None,
                           doc.identity, doc.activation)
         forget = wire.control_message(wire.FORGET, trigger=trigger.name, key=entry,

@@ -14,9 +14,9 @@ from typing import Any
 
 from .calls import Callee, load_callee
 from .envelope import Document, Record, Timestamp
-from .history import entry_key
 from .ingress import Ingress
 from .journal import JournalRecord
+from .partition import HeldInMemory, Partition
 from .processor import HELD, Output, Run, Sink, TriggerProcessor, _Held
 from .running import run_service
 from .scripted import RESOLVERS, SERVICES
@@ -139,76 +139,52 @@ class Engine:
             triggers, callees, self.state.history_store, self.state.join_store,
             serialize_state=getattr(self.state, "serialized", True),
         )
-        self.now: float | None = None
-        self.held: dict[str, list[Document]] = {t.name: [] for t in triggers.triggers}
-        self._next_sweep: dict[str, float] = {}
-        self._sweep_due = float("-inf")
-        self._join_indexes = [
-            (p, p.joins.deadlines) for p in self.processors.values() if p.joins is not None
-        ]
+        self.holding = HeldInMemory([t.name for t in triggers.triggers])
+        self.partition = Partition(self.processors, self.holding)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._run_coroutine = run_coroutine or self._run_in_loop
+
+    @property
+    def now(self) -> float | None:
+        """Partition time: the latest record time seen."""
+        return self.partition.now
+
+    @property
+    def held(self) -> dict[str, list[Document]]:
+        """The documents each suspended trigger holds, oldest first."""
+        return self.holding.documents
 
     def seed_history(self, trigger: str, identity: str, status: str, ts: Timestamp,
                      failed: bool = False, activation: str | None = None) -> None:
         """Load a history entry before the input (scenario history.jsonl)."""
-        processor = self.processors[trigger]
-        if processor.history is None:
-            return
-        # Only join triggers keep history under the activation; any other trigger looks
-        # its documents up by identity alone, so a seed's activation does not apply.
-        key = entry_key(processor.trigger.routes_by_activation, identity, activation)
-        processor.history.seed(key, status, ts, failed)
+        self.partition.seed(trigger, identity, status, ts, failed, activation)
 
     def advance(self, ts: Timestamp) -> list[JournalRecord]:
         """Move record time forward to ts: expire joins, sweep history when due."""
-        now = self.now
-        if now is not None and ts <= now:
-            return []
-        self.now = now = ts
         records: list[JournalRecord] = []
-        for processor, deadlines in self._join_indexes:
-            if deadlines and deadlines[0][0] < now:
-                records.extend(processor.expire(now))
-        if self.sweep_history and now >= self._sweep_due:
-            self._sweep(now)
+        self._advance(ts, records)
         return records
+
+    def _advance(self, ts: Timestamp, journal: list[JournalRecord]) -> None:
+        partition = self.partition
+        if partition.advance(ts, journal) and self.sweep_history:
+            partition.sweep_due(ts)
 
     def expire_due(self, now: float, sink: Sink) -> None:
         """Expire every open join whose deadline is before `now`; record time does not move.
 
         For a runner that knows partition time from elsewhere (the Spark pipeline).
         """
-        self._expire_due(now, sink.journal)
-
-    def _expire_due(self, now: float, journal: list[JournalRecord]) -> None:
-        for processor, deadlines in self._join_indexes:
-            if deadlines and deadlines[0][0] < now:
-                journal.extend(processor.expire(now))
+        self.partition.expire_at(now, sink.journal)
 
     def end_of_input(self, sink: Sink | None = None) -> Sink:
         """Expire every open join whose deadline has passed by the end of the input."""
         if sink is None:
             sink = Sink()
-        if self.now is not None:
-            self._expire_due(self.now, sink.journal)
+        now = self.partition.now
+        if now is not None:
+            self.partition.expire_at(now, sink.journal)
         return sink
-
-    def _sweep(self, now: float) -> None:
-        due = float("inf")
-        for processor in self.processors.values():
-            if processor.history is None:
-                continue
-            name = processor.trigger.name
-            interval = processor.trigger.history_sweep_interval
-            next_due = self._next_sweep.get(name)
-            if next_due is None:
-                next_due = self._next_sweep[name] = now + interval
-            elif now >= next_due:
-                processor.sweep(now)
-                next_due = self._next_sweep[name] = now + interval
-            due = min(due, next_due)
-        self._sweep_due = due
 
     def process(self, record: Record, position: int = 0,
                 sink: Sink | None = None) -> Sink:
@@ -216,15 +192,7 @@ class Engine:
         if sink is None:
             sink = Sink()
         journal = sink.journal
-        now = self.now
-        if now is None or record.ts > now:
-            expired = self.advance(record.ts)
-            if expired:
-                journal.extend(expired)
-        else:
-            # A late record may have opened a join whose deadline is already behind
-            # partition time: it is expired before the next record is looked at.
-            self._expire_due(now, journal)
+        self._advance(record.ts, journal)
         document, targets, rejected = self.ingress.admit_into(record, position, journal)
         if document is not None:
             processors = self.processors
@@ -254,24 +222,24 @@ class Engine:
              sink: Sink) -> None:
         trigger = processor.trigger
         if run is HELD:
-            self.held[trigger.name].append(document)
+            self.partition.hold(processor, [document])
             return
         assert isinstance(run, Run)
         result = run_service(trigger, processor.service, run.payload,
                              run.context(trigger.name), run_coroutine=self._run_coroutine)
         processor.complete(run, result, sink)
         if processor.suspended:
-            self.held[trigger.name].append(run.newest)
+            self.partition.hold(processor, [run.newest])
 
     def resume(self, trigger: str, reason: str = "resumed by command") -> Sink:
         """Resume a suspended trigger and redeliver what it held, in order."""
         processor = self.processors[trigger]
-        out = Sink([processor.resume(self.now, reason)])
-        held, self.held[trigger] = self.held[trigger], []
+        record, held = self.partition.resume(processor, reason)
+        out = Sink([] if record is None else [record])
         definition = processor.trigger
         for document in held:
             if processor.suspended:
-                self.held[trigger].append(document)
+                self.partition.hold(processor, [document])
             else:
                 self._run_document(definition, document, out)
         return out

@@ -1,8 +1,14 @@
 """Document history (seed 004): processing and completed entries per (trigger, identity).
 
 Both entries of a document share the start time, so they expire and are swept together;
-one stored value `[start_ts, flags]` holds both.  For join triggers the entry lives under
-the activation too, because history follows the routing key (spec section 4).
+one stored value holds both.  For join triggers the entry lives under the activation too,
+because history follows the routing key (spec section 4).
+
+Stored values carry a version, and only this module reads or writes them:
+`[start_ts, flags, 2]` (version 2); `[start_ts, flags]` is version 1, as written before
+values were versioned, and is still read.  A value of any other shape (a newer version
+written by a newer worker, or damage) makes the history unavailable for that document
+(`HistoryUnavailable`): it is never read as something it is not.
 """
 
 from __future__ import annotations
@@ -19,6 +25,29 @@ from .store import Store
 PROCESSING = 1
 COMPLETED = 2
 FAILED = 4
+_FLAGS = PROCESSING | COMPLETED | FAILED
+VERSION = 2  # the version of the stored values this module writes
+
+
+def encode_entry(started: Timestamp, flags: int) -> list[Any]:
+    """The stored value of an entry (the one encoder)."""
+    return [started, flags, VERSION]
+
+
+def decode_entry(value: Any) -> tuple[Timestamp, int]:
+    """(started, flags) of a stored value (the one decoder); HistoryUnavailable if unknown."""
+    if isinstance(value, list | tuple):
+        size = len(value)
+        if size == 3 and value[2] == VERSION or size == 2:
+            started, flags = value[0], value[1]
+            if isinstance(started, int | float) and not isinstance(started, bool) and \
+                    type(flags) is int and 0 < flags <= _FLAGS:
+                return started, flags
+    shown = repr(value)
+    if len(shown) > 120:
+        shown = shown[:117] + "..."
+    raise HistoryUnavailable(f"a stored history value this version cannot read: {shown} "
+                             f"(versions 1 and {VERSION} are known)")
 
 
 def history_key(identity: str, activation: str | None = None) -> str:
@@ -76,8 +105,8 @@ class HistoryEntry:
 
     @staticmethod
     def stored(value: Any) -> HistoryEntry:
-        """The entry a history store holds as `[started, flags]` (the one decoder)."""
-        started, flags = value
+        """The entry of a value a history store holds (see decode_entry)."""
+        started, flags = decode_entry(value)
         return HistoryEntry(started, flags)
 
     def describe(self) -> dict[str, Any]:
@@ -112,13 +141,18 @@ class History:
             return None
         return entry
 
+    def entry(self, key: str) -> HistoryEntry | None:
+        """The stored entry for key, whatever its age (None: no entry)."""
+        value = self._store.get(key)
+        return None if value is None else HistoryEntry.stored(value)
+
     def mark_processing(self, key: str, started: Timestamp) -> None:
         """Write the processing entry, immediately before the service runs."""
-        self._put(key, [started, PROCESSING])
+        self._put(key, encode_entry(started, PROCESSING))
 
     def mark_completed(self, key: str, started: Timestamp, failed: bool) -> None:
         """Add the completed entry (success or failure) beside the processing entry."""
-        self._put(key, [started, PROCESSING | COMPLETED | (FAILED if failed else 0)])
+        self._put(key, encode_entry(started, PROCESSING | COMPLETED | (FAILED if failed else 0)))
 
     def remove(self, key: str) -> None:
         """Drop both entries (a transient failure that ends in retry or suspension)."""
@@ -132,19 +166,20 @@ class History:
         """Load an entry from outside (scenario history.jsonl, migrations)."""
         if status == "processing":
             value = self._store.get(key)
-            flags = (value[1] if value is not None else 0) | PROCESSING
-            self._put(key, [started, flags])
+            flags = (decode_entry(value)[1] if value is not None else 0) | PROCESSING
+            self._put(key, encode_entry(started, flags))
         elif status == "completed":
             value = self._store.get(key)
-            flags = (value[1] if value is not None else 0) | COMPLETED | (FAILED if failed else 0)
-            self._put(key, [started, flags])
+            flags = (decode_entry(value)[1] if value is not None else 0) | COMPLETED | (
+                FAILED if failed else 0)
+            self._put(key, encode_entry(started, flags))
         else:
             raise ValueError(f'history status must be "processing" or "completed", got {status!r}')
 
     def expired_keys(self, now: float) -> list[str]:
         """Keys whose entries are older than the TTL at time `now`."""
         horizon = now - self.ttl
-        return [key for key, value in self._store.items() if value[0] < horizon]
+        return [key for key, value in self._store.items() if _started(value) < horizon]
 
     def sweep(self, now: float) -> int:
         """Remove every entry older than the TTL; both entries of a document go together."""
@@ -161,3 +196,14 @@ class History:
             self._store[key] = value
         except Exception as exc:
             raise HistoryUnavailable(f"document history cannot be written: {exc}") from exc
+
+
+def _started(value: Any) -> float:
+    """The start time of a stored value (one this version cannot read never expires).
+
+    Such a value is reported when its document comes; a sweep must not stop on it.
+    """
+    try:
+        return decode_entry(value)[0]
+    except HistoryUnavailable:
+        return float("inf")

@@ -20,14 +20,14 @@ from typing import Any
 import pyarrow as pa
 from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC, MemoryState, dead_letter
-from onceflow.envelope import Document
 from onceflow.errors import ScenarioError
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_prefix
+from onceflow.partition import routing_key
 from onceflow.processor import Output
 from onceflow.scenario import parse_record_line
-from onceflow.triggers import TriggerDef, TriggerSet
+from onceflow.triggers import TriggerSet
 
 from .archive import RANK_SHIFT
 from .rows import (
@@ -55,17 +55,6 @@ class Slots:
         """The vpart of a (trigger, routing key) group: the same in every task."""
         digest = zlib.crc32((key_prefix(trigger) + key).encode("utf-8", "surrogatepass"))
         return self.table[digest % len(self.table)]
-
-
-def routing_key(trigger: TriggerDef, doc: Document) -> str:
-    """Where a trigger keeps a document's state: its activation for joins, else identity.
-
-    A join trigger's document without an activation is bad input for that trigger and
-    keeps no state, so any key will do: its identity spreads them out.
-    """
-    if trigger.routes_by_activation and doc.activation is not None:
-        return doc.activation
-    return doc.identity
 
 
 class _RoutedOutput:
@@ -112,10 +101,9 @@ class _IngressTask:
         state = MemoryState()
         self.ingress = Ingress(triggers, state.progress, state.id_store)
         self.slots = slots
-        # Slots.of and routing_key, unrolled for the hot loop: crc32 continues from the
-        # trigger's prefix, which is crc32 of the concatenation.
-        self.routes = {t.name: (i, t.routes_by_activation,
-                                zlib.crc32(key_prefix(t.name).encode("utf-8", "surrogatepass")))
+        # Slots.of, unrolled for the hot loop: crc32 continues from the trigger's prefix,
+        # which is crc32 of the concatenation.
+        self.routes = {t.name: (i, zlib.crc32(key_prefix(t.name).encode("utf-8", "surrogatepass")))
                        for i, t in enumerate(triggers.triggers)}
         self.highest: dict[tuple[str, int], int] = {}
         self.first_value: dict[tuple[str, int, int], Any] = {}
@@ -180,11 +168,9 @@ class _IngressTask:
                 journal.clear()
             if document is not None:
                 fields = document_fields(document)
-                activation = document.activation
                 for trigger in targets:
-                    index, by_activation, prefix = routes[trigger.name]
-                    key = (activation if by_activation and activation is not None
-                           else document.identity)
+                    index, prefix = routes[trigger.name]
+                    key = routing_key(trigger, document)
                     vpart = table[crc32(key.encode("utf-8", "surrogatepass"), prefix) % size]
                     group = by_vpart.get(vpart)
                     if group is None:

@@ -8,43 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_feed import Feed, engine_for
 from onceflow.app.replay import replay_scenario
-from onceflow.calls import CallContext, Callee
+from onceflow.calls import CallContext
 from onceflow.engine import Engine, MemoryState
-from onceflow.envelope import Record
 from onceflow.errors import TransientError
 from onceflow.scenario import load_scenario
 from onceflow.triggers import parse_triggers
-
-
-def engine_for(*tables: dict[str, Any], state: MemoryState | None = None,
-               services: dict[str, Any] | None = None) -> Engine:
-    triggers = parse_triggers({"trigger": list(tables)})
-    callees = None
-    if services is not None:
-        callees = {name: (Callee("test", fn, True, False), None)
-                   for name, fn in services.items()}
-    return Engine(triggers, state=state, callees=callees)
-
-
-class Feed:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.offsets: dict[str, int] = {}
-        self.position = 0
-        self.outputs: list[Any] = []
-
-    def send(self, topic: str, ts: float, headers: dict[str, str] | None = None,
-             offset: int | None = None, **value: Any) -> list[tuple[Any, ...]]:
-        if offset is None:
-            offset = self.offsets.get(topic, -1) + 1
-        self.offsets[topic] = max(offset, self.offsets.get(topic, -1))
-        record = Record(topic, 0, offset, ts, value, value.get("uuid"), headers or {})
-        out = self.engine.process(record, self.position)
-        self.position += 1
-        self.outputs.extend(out.outputs or [])
-        return [(r.trigger, r.outcome, r.identity) for r in out.journal]
-
 
 # -- outputs -----------------------------------------------------------------------------------
 

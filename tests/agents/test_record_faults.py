@@ -26,7 +26,7 @@ from .test_partition import cluster, doc, journal
 def fail_on(monkeypatch: pytest.MonkeyPatch, identity: str) -> list[str]:
     """Make routing fail for one identity, as a bug would; the identities routed."""
     routed: list[str] = []
-    original = partition_module.wire.routing_key
+    original = partition_module.routing_key
 
     def routing_key(trigger: Any, document: Any) -> str:
         routed.append(document.identity)
@@ -34,7 +34,7 @@ def fail_on(monkeypatch: pytest.MonkeyPatch, identity: str) -> list[str]:
             raise RuntimeError(f"no route for {identity}")
         return original(trigger, document)
 
-    monkeypatch.setattr(partition_module.wire, "routing_key", routing_key)
+    monkeypatch.setattr(partition_module, "routing_key", routing_key)
     return routed
 
 

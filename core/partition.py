@@ -1,0 +1,207 @@
+"""The rules of one partition, the same for every runner.
+
+A partition's triggers share one partition time.  `Partition` holds the rules that depend
+on it, and on nothing a runner owns: time moves only forward (to a limit, when the runner
+has one), joins whose deadline is behind it expire, history is swept on a schedule kept per
+trigger, suspended triggers hold their documents and redeliver them in order on resume, and
+history entries are loaded (seeded) or forgotten by key.
+
+`onceflow replay` drives it through `Engine`, the Spark pipeline through `Engine` per group
+of a routing key, and the worker once per fetched batch of a partition (agents/partition.py),
+which keeps the held documents in its control table (a `Holding` of its own) instead of
+memory.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .envelope import Document, Timestamp
+from .history import entry_key
+from .journal import JournalRecord
+from .processor import TriggerProcessor
+from .triggers import TriggerDef
+
+
+def routing_key(trigger: TriggerDef, doc: Document) -> str:
+    """Where a trigger keeps a document's state: its activation for joins, else identity.
+
+    A join trigger's document without an activation is bad input for that trigger and keeps
+    no state, so any key will do: its identity spreads them out.  Every runner routes by
+    this key (the worker's repartition topic, the Spark stage's groups).
+    """
+    if trigger.routes_by_activation and doc.activation is not None:
+        return doc.activation
+    return doc.identity
+
+
+class Holding(Protocol):
+    """Where a partition keeps the documents of its suspended triggers."""
+
+    def add(self, trigger: str, doc: Document) -> str | None:
+        """Keep doc; None when kept, else why it cannot be kept."""
+
+    def drain(self, trigger: str) -> list[Document]:
+        """Every document kept for trigger, oldest first; none stay kept."""
+
+    def mark(self, trigger: str, reason: str | None) -> None:
+        """Record that trigger is suspended for reason (None: no longer suspended)."""
+
+
+class HeldInMemory:
+    """Held documents in lists (replay, tests, one Spark group): nothing is refused."""
+
+    def __init__(self, triggers: list[str]) -> None:
+        self.documents: dict[str, list[Document]] = {name: [] for name in triggers}
+
+    def add(self, trigger: str, doc: Document) -> str | None:
+        """Keep doc (always kept)."""
+        self.documents[trigger].append(doc)
+        return None
+
+    def drain(self, trigger: str) -> list[Document]:
+        """Every document kept for trigger, oldest first."""
+        docs = self.documents[trigger]
+        self.documents[trigger] = []
+        return docs
+
+    def mark(self, trigger: str, reason: str | None) -> None:
+        """Nothing to record: a suspension lives as long as the processor."""
+
+
+class Partition:
+    """Partition time and the state rules that follow it, for a partition's triggers."""
+
+    def __init__(self, processors: dict[str, TriggerProcessor], holding: Holding,
+                 now: float | None = None) -> None:
+        self.processors = processors
+        self.holding = holding
+        self.now: float | None = now
+        self._join_processors = [p for p in processors.values() if p.joins is not None]
+        self._history_processors = [p for p in processors.values() if p.history is not None]
+        self._next_sweep: dict[str, float] = {}
+        self._sweep_due = float("-inf")
+
+    # -- time -----------------------------------------------------------------------------
+
+    def advance(self, ts: float, journal: list[JournalRecord],
+                limit: float | None = None) -> bool:
+        """Move partition time to ts (never back, never past limit); expire what is due.
+
+        A record at or behind partition time (a late record) moves nothing, but may have
+        opened a join whose deadline is already behind it: that join expires here too.
+        Returns whether time moved.
+        """
+        now = self.now
+        moved = False
+        if now is None or ts > now:
+            if limit is not None and ts > limit:
+                ts = limit
+            if now is None or ts > now:
+                self.now = now = ts
+                moved = True
+        if now is not None:
+            self.expire_at(now, journal)
+        return moved
+
+    def expire_at(self, now: float, journal: list[JournalRecord]) -> None:
+        """Expire every open join whose deadline is before now (time does not move)."""
+        for processor in self._join_processors:
+            deadlines = processor.joins.deadlines  # type: ignore[union-attr]
+            if deadlines and deadlines[0][0] < now:
+                journal.extend(processor.expire(now))
+
+    def sweep_due(self, now: float, horizon: float | None = None,
+                  force: str | None = None) -> int:
+        """Sweep the history of each trigger whose sweep is due at now (or `force`: that one).
+
+        A trigger's first sweep is due one history_sweep_interval after the first call.
+        Entries are removed as of `horizon` when it is earlier than now (the worker's
+        lowest partition time, so no partition loses an entry it can still see).
+        Returns how many entries were removed.
+        """
+        if force is None and now < self._sweep_due:
+            return 0
+        at = now if horizon is None or horizon > now else horizon
+        removed = 0
+        due = float("inf")
+        for processor in self._history_processors:
+            trigger = processor.trigger
+            name = trigger.name
+            next_due = self._next_sweep.get(name)
+            if force == name or (next_due is not None and now >= next_due):
+                removed += processor.sweep(at)
+            if next_due is None or now >= next_due or force == name:
+                next_due = self._next_sweep[name] = now + trigger.history_sweep_interval
+            if next_due < due:
+                due = next_due
+        self._sweep_due = due
+        return removed
+
+    # -- suspension -----------------------------------------------------------------------
+
+    def hold(self, processor: TriggerProcessor,
+             docs: list[Document]) -> list[tuple[Document, str]]:
+        """Keep documents of a suspended trigger; returns those refused, with the reason."""
+        name = processor.trigger.name
+        refused = []
+        for doc in docs:
+            why = self.holding.add(name, doc)
+            if why is not None:
+                refused.append((doc, why))
+        return refused
+
+    def suspend(self, processor: TriggerProcessor, reason: str) -> None:
+        """Suspend a trigger (a command, or a run that asked for it) and record why."""
+        processor.suspended = True
+        processor.suspended_reason = reason
+        self.holding.mark(processor.trigger.name, reason)
+
+    def resume(self, processor: TriggerProcessor,
+               reason: str) -> tuple[JournalRecord | None, list[Document]]:
+        """Lift a suspension: its `resumed` record and the held documents, oldest first.
+
+        The runner decides them again in that order; a trigger that suspends again on one
+        of them holds the rest.  A trigger that is not suspended: (None, []).
+        """
+        if not processor.suspended:
+            return None, []
+        name = processor.trigger.name
+        record = processor.resume(self.now, reason)
+        self.holding.mark(name, None)
+        return record, self.holding.drain(name)
+
+    # -- history --------------------------------------------------------------------------
+
+    def seed(self, trigger: str, identity: str, status: str, ts: Timestamp,
+             failed: bool = False, activation: str | None = None) -> bool:
+        """Load a history entry (scenario history.jsonl, imports); False: no such history.
+
+        Only join triggers keep history under the activation; any other trigger looks its
+        documents up by identity alone, so a seed's activation does not apply to them.
+        """
+        processor = self.processors.get(trigger)
+        if processor is None or processor.history is None:
+            return False
+        key = entry_key(processor.trigger.routes_by_activation, identity, activation)
+        processor.history.seed(key, status, ts, failed)
+        return True
+
+    def forget(self, trigger: str, key: str, only: str) -> bool:
+        """Remove an entry so that a resubmitted document is decided again.
+
+        only="processing": just a processing-only entry (an in-doubt document);
+        only="failed": just an entry whose run failed (an error document).
+        """
+        processor = self.processors.get(trigger)
+        if processor is None or processor.history is None:
+            return False
+        history = processor.history
+        entry = history.entry(key)
+        if entry is None:
+            return False
+        if (only == "processing" and entry.processing and not entry.completed) or \
+                (only == "failed" and entry.failed):
+            history.remove(key)
+            return True
+        return False

@@ -1,0 +1,202 @@
+"""The core's per-partition rules (onceflow.partition) and the versioned history values.
+
+Replay and Spark drive them through Engine, the worker through agents/partition.py: these
+tests hold them to their contract once, whichever runner calls them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from engine_feed import Feed, engine_for
+from onceflow.calls import Callee
+from onceflow.engine import MemoryState, build_processors
+from onceflow.envelope import Document
+from onceflow.errors import HistoryUnavailable
+from onceflow.history import VERSION, History, HistoryEntry, decode_entry, encode_entry
+from onceflow.journal import JournalRecord
+from onceflow.partition import HeldInMemory, Partition, routing_key
+from onceflow.triggers import parse_triggers
+
+
+def partition_for(*tables: dict[str, Any]) -> tuple[Partition, MemoryState]:
+    triggers = parse_triggers({"trigger": list(tables)})
+    callees = {t.name: (Callee("test", lambda document: None, True, False), None)
+               for t in triggers.triggers}
+    state = MemoryState()
+    processors = build_processors(triggers, callees, state.history_store, state.join_store,
+                                  serialize_state=False)
+    return Partition(processors, HeldInMemory(list(processors))), state
+
+
+def doc(identity: str, ts: float = 0, activation: str | None = None) -> Document:
+    envelope = {"uuid": identity, "activation": activation}
+    return Document("a", identity, activation, envelope, ts, "a", 0, 0, identity, 1)
+
+
+# -- time ---------------------------------------------------------------------------------
+
+def test_partition_time_moves_only_forward_and_never_past_its_limit() -> None:
+    partition, _ = partition_for({"name": "t", "types": ["a"]})
+    journal: list[JournalRecord] = []
+    assert partition.advance(100, journal) and partition.now == 100
+    assert not partition.advance(50, journal) and partition.now == 100
+    assert partition.advance(10_000, journal, limit=500) and partition.now == 500
+    assert not partition.advance(10_000, journal, limit=400) and partition.now == 500
+    assert journal == []
+
+
+def test_a_join_expires_when_time_passes_its_deadline_and_on_a_late_record() -> None:
+    partition, _ = partition_for({"name": "j", "types": ["a", "b"], "join": "all",
+                                  "join_timeout": "10s"})
+    processor = partition.processors["j"]
+    journal: list[JournalRecord] = []
+    partition.advance(0, journal)
+    from onceflow.processor import Sink
+    sink = Sink()
+    processor.take(doc("u-1", 0, activation="act"), sink)
+    assert [r.outcome for r in sink.journal] == ["join-pending"]
+    partition.advance(10, journal)  # the deadline itself: not expired
+    assert journal == []
+    partition.advance(5, journal)  # a late record: time stays, nothing is due yet
+    assert journal == []
+    partition.advance(10.001, journal)
+    assert [(r.outcome, r.activation) for r in journal] == [("join-expired", "act")]
+
+
+# -- sweeps -------------------------------------------------------------------------------
+
+def test_sweeps_follow_each_triggers_interval_and_a_horizon_holds_them_back() -> None:
+    partition, state = partition_for(
+        {"name": "fast", "types": ["a"], "history_ttl": "1m", "history_sweep_interval": "1m"},
+        {"name": "slow", "types": ["a"], "history_ttl": "1m", "history_sweep_interval": "1h"})
+    for name in ("fast", "slow"):
+        History(state.history_store(name), 60).mark_completed("old", 0, False)
+    assert partition.sweep_due(0) == 0  # the first call only schedules
+    assert partition.sweep_due(59) == 0  # not due yet
+    # Due for "fast", but no partition has seen past 30 s: nothing older than that goes.
+    assert partition.sweep_due(61, horizon=30) == 0
+    assert "old" in state.history_store("fast")
+    assert partition.sweep_due(200) == 1
+    assert "old" not in state.history_store("fast") and "old" in state.history_store("slow")
+    assert partition.sweep_due(201, force="slow") == 1
+    assert "old" not in state.history_store("slow")
+
+
+# -- suspension ---------------------------------------------------------------------------
+
+class Refusing:
+    """A holding (the worker's keeps documents in its control table) that refuses one."""
+
+    def __init__(self, triggers: list[str]) -> None:
+        self.inner = HeldInMemory(triggers)
+        self.marks: list[tuple[str, str | None]] = []
+
+    def add(self, trigger: str, doc: Document) -> str | None:
+        if doc.identity == "too-big":
+            return "too large to hold"
+        return self.inner.add(trigger, doc)
+
+    def drain(self, trigger: str) -> list[Document]:
+        return self.inner.drain(trigger)
+
+    def mark(self, trigger: str, reason: str | None) -> None:
+        self.marks.append((trigger, reason))
+
+
+def test_holding_refuses_what_it_cannot_keep_and_resume_returns_the_rest_in_order() -> None:
+    partition, _ = partition_for({"name": "t", "types": ["a"]})
+    holding = Refusing(["t"])
+    partition.holding = holding
+    processor = partition.processors["t"]
+    assert partition.resume(processor, "nothing held") == (None, [])
+    partition.suspend(processor, "by command")
+    assert processor.suspended and processor.suspended_reason == "by command"
+    refused = partition.hold(processor, [doc("u-1"), doc("too-big"), doc("u-2")])
+    assert [(d.identity, why) for d, why in refused] == [("too-big", "too large to hold")]
+    record, docs = partition.resume(processor, "go on")
+    assert record is not None and (record.trigger, record.outcome, record.reason) == (
+        "t", "resumed", "go on")
+    assert [d.identity for d in docs] == ["u-1", "u-2"]
+    assert not processor.suspended and holding.inner.documents["t"] == []
+    assert holding.marks == [("t", "by command"), ("t", None)]
+
+
+# -- seeds and forgetting -----------------------------------------------------------------
+
+def test_seed_keys_join_triggers_by_activation_and_others_by_identity() -> None:
+    partition, state = partition_for(
+        {"name": "s", "types": ["a"]},
+        {"name": "j", "types": ["a", "b"], "join": "all"})
+    assert partition.seed("s", "u-1", "completed", 5, activation="act")
+    assert partition.seed("j", "u-1", "processing", 5, activation="act")
+    assert not partition.seed("unknown", "u-1", "completed", 5)
+    assert list(state.history_store("s")) == ["u-1"]
+    assert list(state.history_store("j")) == ["act\x1fu-1"]
+
+
+@pytest.mark.parametrize(("seeded", "only", "forgotten"), [
+    (("processing",), "processing", True),
+    (("processing", "completed"), "processing", False),
+    (("processing", "completed"), "failed", False),
+    (("processing", "failed"), "failed", True),
+    ((), "processing", False),
+])
+def test_forget_removes_only_the_entry_it_is_asked_for(seeded: tuple[str, ...], only: str,
+                                                        forgotten: bool) -> None:
+    partition, state = partition_for({"name": "t", "types": ["a"]})
+    for status in seeded:
+        partition.seed("t", "u-1", "completed" if status == "failed" else status, 0,
+                       failed=status == "failed")
+    assert partition.forget("t", "u-1", only) is forgotten
+    assert ("u-1" in state.history_store("t")) is (bool(seeded) and not forgotten)
+    assert not partition.forget("unknown", "u-1", only)
+
+
+# -- routing ------------------------------------------------------------------------------
+
+def test_the_routing_key_is_the_activation_for_joins_and_the_identity_otherwise() -> None:
+    triggers = parse_triggers({"trigger": [{"name": "s", "types": ["a"]},
+                                           {"name": "j", "types": ["a", "b"], "join": "all"}]})
+    simple, join = triggers.triggers
+    assert routing_key(simple, doc("u-1", activation="act")) == "u-1"
+    assert routing_key(join, doc("u-1", activation="act")) == "act"
+    assert routing_key(join, doc("u-1")) == "u-1"
+
+
+# -- stored history values ----------------------------------------------------------------
+
+def test_history_values_carry_their_version_and_version_1_is_still_read() -> None:
+    assert encode_entry(12.5, 3) == [12.5, 3, VERSION]
+    assert decode_entry([12.5, 3, VERSION]) == (12.5, 3)
+    assert decode_entry([12.5, 3]) == (12.5, 3)  # written before values had a version
+    store: dict[str, Any] = {"old": [10, 3], "new": encode_entry(10, 7)}
+    history = History(store, ttl=100)
+    old, new = history.lookup("old", 50), history.lookup("new", 50)
+    assert old == HistoryEntry(10, 3) and old.completed and not old.failed
+    assert new is not None and new.failed
+
+
+@pytest.mark.parametrize("value", [
+    [1, 3, VERSION + 1], [1, 3, 99, 4], [1], "1,3", {"started": 1}, 7, [1, 0], [1, 8],
+    ["1", 3], [1, True], [True, 3], [1, 3.0], [float("nan"), "x"],
+])
+def test_a_history_value_this_version_cannot_read_makes_history_unavailable(value: Any) -> None:
+    with pytest.raises(HistoryUnavailable, match="cannot read"):
+        decode_entry(value)
+    history = History({"k": value}, ttl=100)
+    with pytest.raises(HistoryUnavailable):
+        history.lookup("k", 0)
+    assert history.expired_keys(10_000) == []  # kept, not swept
+
+
+def test_a_document_whose_history_value_is_unreadable_is_in_doubt_not_run_again() -> None:
+    calls: list[str] = []
+    engine = engine_for({"name": "t", "types": ["a"]},
+                        services={"t": lambda document, context: calls.append(context.identity)})
+    engine.state.history_store("t")["u-1"] = [0, 3, VERSION + 1]  # from a newer version
+    feed = Feed(engine)
+    assert feed.send("a", 1, uuid="u-1") == [("t", "in-doubt", "u-1")]
+    assert feed.send("a", 2, uuid="u-2") == [("t", "processed", "u-2")]
+    assert calls == ["u-2"]
