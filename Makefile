@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml setup.py $(wildcard core/*.py)
 demo: $(STAMP)
 	$(BIN)/python -m onceflow.app.demo
 
+# Three processes on two cores: the integration tests wait on the broker and on consumer
+# groups much of the time.  Serially (TEST_PROCESSES=0) every test still passes.
+TEST_PROCESSES ?= 3
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadscope
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not integration and not spark and not slow"

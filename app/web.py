@@ -22,7 +22,7 @@ from onceflow.agents.faust_app import OnceflowApp
 from onceflow.agents.health import liveness, readiness
 from onceflow.agents.metrics import Gauges, exposition, worker_registry
 from onceflow.durations import format_duration
-from onceflow.errors import OnceflowError
+from onceflow.errors import HistoryUnavailable, OnceflowError
 from onceflow.history import HistoryEntry, entry_key
 from onceflow.journal import ERROR, IN_DOUBT
 from onceflow.keys import key_prefix
@@ -216,7 +216,14 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
                 return forwarded
             key = entry_key(joined, identity, activation)
             value = durable_store(app, "history", partition, key_prefix(trigger)).get(key)
-            entry = None if value is None else HistoryEntry.stored(value).describe()
+            entry: dict[str, Any] | None = None
+            if value is not None:
+                try:
+                    entry = HistoryEntry.stored(value).describe()
+                except HistoryUnavailable as exc:
+                    # Written by a version this one cannot read (or damaged): said, not
+                    # guessed at.  Its documents are In Doubt until it is resubmitted.
+                    entry = {"unreadable": str(exc)}
             return self.json({"trigger": trigger, "identity": identity,
                               "activation": activation, "entry": entry,
                               "history_ttl": definition.history_ttl,

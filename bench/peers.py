@@ -9,7 +9,12 @@ records from the same embedded broker in the same run:
   journal and duplicate-ID cache on, outputs to `echo.out`);
 - Quix Streams, at-least-once, deduplicating on the Kafka key (state per key);
 - Quix Streams after `group_by("uuid")` (a repartition hop, like onceflow's route topic);
-- a naive Faust agent (one table get and put a document, no output).
+- a naive Faust agent (one table get and put a document, no output);
+- onceflow again with the no-op service (no output; its rate is taken on the journal), to
+  show what publishing the outputs costs.
+
+Besides the rate, each onceflow and Quix row shows the CPU the contender and the broker
+spent per document between the first output and the last (from /proc).
 
 A rate is documents taken in (resends included) divided by the time from the first output
 to the last one (the naive agent: from its web server starting, after recovery, to its
@@ -115,7 +120,7 @@ async def fill(bootstrap: str, items: list[tuple[str, bytes]]) -> None:
 
 
 def watch_outputs(bootstrap: str, topic: str, expected: int, alive: object,
-                  timeout: float = 900.0) -> tuple[float, list[bytes]]:
+                  cpu: Cpu | None = None, timeout: float = 900.0) -> tuple[float, list[bytes]]:
     """Follow an output topic until `expected` records: (seconds first to last, values)."""
     async def run() -> tuple[float, list[bytes]]:
         follower = await TopicFollower(bootstrap, topic).start()
@@ -127,8 +132,12 @@ def watch_outputs(bootstrap: str, topic: str, expected: int, alive: object,
                 now = time.monotonic()
                 if count and first is None:
                     first = now
+                    if cpu is not None:
+                        cpu.first()
                 if count >= expected:
                     last = now
+                    if cpu is not None:
+                        cpu.last()
                     break
                 if not alive() or now > deadline:  # type: ignore[operator]
                     raise RuntimeError(f"{topic}: {count} of {expected} outputs, then "
@@ -152,6 +161,31 @@ def check_outputs(name: str, values: list[bytes], unique: set[str], key: str) ->
                          f"missing, {len(seen) - len(set(seen))} repeated)")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process so far (0 when it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Cpu:
+    """CPU seconds each watched process spent between the first output and the last."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.start: dict[str, float] = {}
+        self.spent: dict[str, float] = {}
+
+    def first(self) -> None:
+        self.start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def last(self) -> None:
+        self.spent = {name: cpu_seconds(pid) - self.start.get(name, 0.0)
+                      for name, pid in self.pids.items()}
+
+
 def peak_rss_mib(pid: int) -> float:
     """VmHWM of a live process, in MiB (0 when it cannot be read)."""
     try:
@@ -164,28 +198,45 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def onceflow_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path,
-                 workers: int) -> tuple[float, float]:
-    """(docs/s, peak RSS MiB of the first worker) with `workers` workers."""
-    prefix = f"{PREFIX}w{workers}."
-    triggers = workdir / "triggers.toml"
-    triggers.write_text(TRIGGERS)
+                 workers: int, service: str = "echo") -> tuple[float, float, Cpu]:
+    """(docs/s, peak RSS MiB of the first worker, CPU spent) with `workers` workers.
+
+    service "echo" publishes one output per unique uuid (the job); "noop" publishes none,
+    and the rate is taken on the journal (one record per document) instead.
+    """
+    prefix = f"{PREFIX}w{workers}{service}."
+    triggers = workdir / f"triggers-{service}.toml"
+    triggers.write_text(TRIGGERS.replace('service = "echo"', f'service = "{service}"'))
     # The workers read the shared input topic under their own prefix's topic name.
     asyncio.run(copy_input(broker.bootstrap, prefix + "doc"))
     started = []
     for n in range(workers):
+        name = f"of{workers}{service}-{n}"
         env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
-               "ONCEFLOW_PARTITIONS": "4", "ONCEFLOW_DATA_DIR": str(workdir / f"of{workers}-{n}"),
+               "ONCEFLOW_PARTITIONS": "4", "ONCEFLOW_DATA_DIR": str(workdir / name),
                "ONCEFLOW_WEB_PORT": str(free_port()), "ONCEFLOW_SESSION_TIMEOUT": "6",
                "ONCEFLOW_HEARTBEAT_INTERVAL": "1", "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT"}
-        started.append(WorkerProcess(triggers, env, workdir / f"of{workers}-{n}.log").start())
+        started.append(WorkerProcess(triggers, env, workdir / f"{name}.log").start())
     try:
         for worker in started:
             worker.wait_ready()
-        seconds, values = watch_outputs(broker.bootstrap, prefix + "echo.out", len(unique),
-                                        lambda: all(w.alive for w in started))
-        check_outputs(f"onceflow x{workers}", values, unique, "")
+        pids = {f"worker {n}": w.process.pid for n, w in enumerate(started)}  # type: ignore[union-attr]
+        cpu = Cpu({**pids, "broker": broker.process.pid})  # type: ignore[union-attr]
+        alive = lambda: all(w.alive for w in started)  # noqa: E731
+        if service == "echo":
+            seconds, values = watch_outputs(broker.bootstrap, prefix + "echo.out",
+                                            len(unique), alive, cpu)
+            check_outputs(f"onceflow x{workers}", values, unique, "")
+        else:
+            seconds, values = watch_outputs(broker.bootstrap, prefix + "onceflow.journal",
+                                            items, alive, cpu)
+            processed = [line["identity"] for line in map(orjson.loads, values)
+                         if line["outcome"] == "processed"]
+            if len(processed) != len(unique) or set(processed) != unique:
+                raise SystemExit(f"onceflow {service}: {len(processed)} processed for "
+                                 f"{len(unique)} unique uuids")
         rss = peak_rss_mib(started[0].process.pid)  # type: ignore[union-attr]
-        return items / seconds, rss
+        return items / seconds, rss, cpu
     finally:
         for worker in started:
             worker.stop()
@@ -209,8 +260,9 @@ async def copy_input(bootstrap: str, topic: str) -> None:
 
 
 def quix_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path,
-             mode: str) -> tuple[float, float]:
-    """(docs/s, peak RSS MiB) of Quix Streams keyed on the Kafka key or after group_by."""
+             mode: str) -> tuple[float, float, Cpu]:
+    """(docs/s, peak RSS MiB, CPU spent) of Quix Streams keyed on the Kafka key or after
+    group_by."""
     output = f"{PREFIX}quix-{mode}.out"
     env = {**os.environ, "PEERS_MODE": mode, "PEERS_BROKER": broker.bootstrap,
            "PEERS_GROUP": f"quix-{mode}", "PEERS_STATE": str(workdir / f"quix-{mode}"),
@@ -221,11 +273,12 @@ def quix_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path
     process = subprocess.Popen([sys.executable, str(script)], env=env, stdout=log,
                                stderr=subprocess.STDOUT)
     try:
+        cpu = Cpu({"quix": process.pid, "broker": broker.process.pid})  # type: ignore[union-attr]
         seconds, values = watch_outputs(broker.bootstrap, output, len(unique),
-                                        lambda: process.poll() is None)
+                                        lambda: process.poll() is None, cpu)
         rss = peak_rss_mib(process.pid)
         check_outputs(f"quix {mode}", values, unique, "")
-        return items / seconds, rss
+        return items / seconds, rss, cpu
     finally:
         process.terminate()
         process.wait(30)
@@ -236,45 +289,66 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--documents", type=int, default=100_000)
-    parser.add_argument("--skip", default="", help="comma-separated: onceflow2, quix-key, "
-                        "quix-groupby, naive")
+    parser.add_argument("--skip", default="", help="comma-separated: onceflow2, noop, "
+                        "quix-key, quix-groupby, naive")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     items = documents(args.documents)
     unique = {uuid for uuid, _ in items}
     workdir = Path(tempfile.mkdtemp(prefix="onceflow-peers-"))
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, float, float, Cpu | None]] = []
     load = os.getloadavg()[0]
     with EmbeddedBroker(log_path=workdir / "broker.log") as broker:
         asyncio.run(fill(broker.bootstrap, items))
-        rate, rss = onceflow_run(broker, len(items), unique, workdir, 1)
-        rows.append(("onceflow, 1 worker, echo service", rate, rss))
+        rows.append(("onceflow, 1 worker, echo service",
+                     *onceflow_run(broker, len(items), unique, workdir, 1)))
         if "onceflow2" not in skip:
-            rate, rss = onceflow_run(broker, len(items), unique, workdir, 2)
-            rows.append(("onceflow, 2 workers", rate, rss))
+            rows.append(("onceflow, 2 workers",
+                         *onceflow_run(broker, len(items), unique, workdir, 2)))
+        if "noop" not in skip:
+            rows.append(("onceflow, 1 worker, no-op service, no output",
+                         *onceflow_run(broker, len(items), unique, workdir, 1, "noop")))
         if "quix-key" not in skip:
-            rate, rss = quix_run(broker, len(items), unique, workdir, "key")
-            rows.append(("Quix Streams, dedup on the Kafka key", rate, rss))
+            rows.append(("Quix Streams, dedup on the Kafka key",
+                         *quix_run(broker, len(items), unique, workdir, "key")))
         if "quix-groupby" not in skip:
-            rate, rss = quix_run(broker, len(items), unique, workdir, "groupby")
-            rows.append(('Quix Streams after group_by("uuid")', rate, rss))
+            rows.append(('Quix Streams after group_by("uuid")',
+                         *quix_run(broker, len(items), unique, workdir, "groupby")))
         if "naive" not in skip:
-            rate = naive_rate_on(broker, len(items), workdir)
-            rows.append(("naive Faust agent (get + put, no output)", rate, 0.0))
+            rows.append(("naive Faust agent (get + put, no output)",
+                         naive_rate_on(broker, len(items), workdir), 0.0, None))
     ours = rows[0][1]
     print(f"{len(items):,} documents ({len(unique):,} unique) on 4 partitions, one "
           f"embedded broker, {os.cpu_count()} cores, load {load:.1f} at the start, "
           f"{os.getloadavg()[0]:.1f} at the end")
-    print(f"{'contender':<44} {'docs/s':>10} {'vs onceflow':>12} {'peak RSS':>10}")
-    for name, rate, rss in rows:
+    print(f"{'contender':<46} {'docs/s':>8} {'vs onceflow':>11} {'peak RSS':>9} "
+          f"{'CPU us/doc':>10} {'broker us/doc':>13}")
+    per_doc = {}
+    for name, rate, rss, cpu in rows:
         shown = f"{rss:,.0f} MiB" if rss else "-"
-        print(f"{name:<44} {rate:>10,.0f} {rate / ours:>11.2f}x {shown:>10}")
-    quix = dict((n, r) for n, r, _ in rows).get("Quix Streams, dedup on the Kafka key")
+        own = broker_us = "-"
+        if cpu is not None and cpu.spent:
+            # CPU between the first output and the last (the span the rate is taken on).
+            docs = len(items)
+            own_s = sum(v for k, v in cpu.spent.items() if k != "broker")
+            per_doc[name] = (own_s / docs * 1e6, cpu.spent["broker"] / docs * 1e6)
+            own, broker_us = (f"{per_doc[name][0]:.0f}", f"{per_doc[name][1]:.0f}")
+        print(f"{name:<46} {rate:>8,.0f} {rate / ours:>10.2f}x {shown:>9} "
+              f"{own:>10} {broker_us:>13}")
+    rates = {n: r for n, r, _, _ in rows}
+    quix = rates.get("Quix Streams, dedup on the Kafka key")
     if quix:
         print(f"onceflow / Quix keyed: {ours / quix:.2f}x (target >= 2x)")
-    two = dict((n, r) for n, r, _ in rows).get("onceflow, 2 workers")
+    two = rates.get("onceflow, 2 workers")
     if two:
         print(f"2 onceflow workers / 1: {two / ours:.2f}x")
+    noop = "onceflow, 1 worker, no-op service, no output"
+    if noop in rates:
+        echo = rows[0][0]
+        print(f"outputs: the no-op run is {rates[noop] / ours:.2f}x the echo run's rate; per "
+              f"document the worker spends {per_doc[echo][0]:.0f} us of CPU with outputs and "
+              f"{per_doc[noop][0]:.0f} us without, the broker {per_doc[echo][1]:.0f} and "
+              f"{per_doc[noop][1]:.0f} us")
     parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"(logs in {workdir}; this process's peak RSS {parent:,.0f} MiB)")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .envelope import Document, Timestamp
+from .errors import HistoryUnavailable
 from .history import entry_key
 from .journal import JournalRecord
 from .processor import TriggerProcessor
@@ -197,7 +198,15 @@ class Partition:
         if processor is None or processor.history is None:
             return False
         history = processor.history
-        entry = history.entry(key)
+        try:
+            entry = history.entry(key)
+        except HistoryUnavailable:
+            # A value no known version describes made its documents In Doubt; resubmitting
+            # them (only="processing") removes it so that they are decided again.
+            if only == "processing":
+                history.remove(key)
+                return True
+            return False
         if entry is None:
             return False
         if (only == "processing" and entry.processing and not entry.completed) or \

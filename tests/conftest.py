@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,3 +25,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         pytest.exit(f"core/{', core/'.join(changed)} changed after the core was compiled: "
                     f"run `make test` (it recompiles) or `.venv/bin/pip install -e .`",
                     returncode=2)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With `pytest -n N --dist loadscope` (make test runs so): a test module goes to one
+    process, so its module-scoped fixtures (the live scenario runs, a worker and its
+    topics) are made once, and every Spark test goes to the same process, so one JVM (the
+    session fixture) serves them all."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndSpark(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "spark" if nodeid.startswith("tests/spark/") else nodeid.split("::")[0]
+
+    return ModulesAndSpark(config, log)

@@ -200,3 +200,12 @@ def test_a_document_whose_history_value_is_unreadable_is_in_doubt_not_run_again(
     assert feed.send("a", 1, uuid="u-1") == [("t", "in-doubt", "u-1")]
     assert feed.send("a", 2, uuid="u-2") == [("t", "processed", "u-2")]
     assert calls == ["u-2"]
+
+
+@pytest.mark.parametrize(("only", "forgotten"), [("processing", True), ("failed", False)])
+def test_resubmitting_in_doubt_documents_removes_an_unreadable_value(only: str,
+                                                                     forgotten: bool) -> None:
+    partition, state = partition_for({"name": "t", "types": ["a"]})
+    state.history_store("t")["u-1"] = [0, 3, VERSION + 1]
+    assert partition.forget("t", "u-1", only) is forgotten
+    assert ("u-1" in state.history_store("t")) is not forgotten

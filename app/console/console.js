@@ -206,7 +206,9 @@ async function lookUp(event) {
   const out = $("#history-result");
   try {
     const data = await getJSON(path);
-    out.textContent = data.entry
+    out.textContent = data.entry && data.entry.unreadable
+      ? `${identity}: ${data.entry.unreadable} (partition ${data.partition})`
+      : data.entry
       ? `${identity}: ${data.entry.completed ? (data.entry.failed ? "completed (failed)" : "completed") : "processing"}` +
         ` since ${when(data.entry.started)}; kept for ${data.history_ttl_text || data.history_ttl + " s"}` +
         ` (partition ${data.partition})`

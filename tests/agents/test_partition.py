@@ -246,3 +246,22 @@ async def test_a_join_that_ran_before_a_crash_does_not_expire_its_members_later(
     reason = next(line["reason"] for line in second.journal()
                   if line["identity"] == "l-1" and line["outcome"] == "duplicate")
     assert "r-1" in reason
+
+
+async def test_an_unreadable_history_value_is_in_doubt_until_resubmitted() -> None:
+    # A value written by a newer version (or damaged) is not guessed at: the document is In
+    # Doubt, and resubmitting it (forget only="processing") lets it be decided again.
+    c = cluster({"name": "bill", "types": ["inv"]}, partitions=1)
+    route = c.names.route
+    c.broker.append(route, 0, _control(wire.SEED, trigger="bill", identity="i-1",
+                                        status="completed", ts=0))
+    await c.pump()
+    (stored,) = [(p, key) for p, part in c.state["history"].items()
+                 for key in part.data if key.endswith(b"i-1")]
+    c.state["history"][stored[0]].data[stored[1]] = orjson.dumps([0, 3, 99])
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
+    c.broker.append(route, 0, _control(wire.FORGET, trigger="bill", key="i-1",
+                                        only="processing"))
+    await c.pump()
+    await c.runtime.handle([doc("inv", 1, 2, uuid="i-1")])
+    assert journal(c) == [("bill", "in-doubt", "i-1"), ("bill", "processed", "i-1")]

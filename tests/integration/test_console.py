@@ -175,13 +175,18 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
 
     names = console.names
     browser.get(console.url + "/")
-    orders = until(lambda: browser.find_element(By.CSS_SELECTOR, 'tr[data-trigger="orders"]'),
-                   "the orders trigger")
-    until(lambda: "processed 4" in orders.text, "4 processed orders")
-    assert "error 1" in orders.text and "running" in orders.text
-    assert "1d" in orders.text and "86400" not in orders.text  # durations as written
-    pairs = browser.find_element(By.CSS_SELECTOR, 'tr[data-trigger="pairs"]')
-    assert "10m" in pairs.text and "600" not in pairs.text
+
+    def row_text(trigger: str) -> str:
+        # One read of a row (the table is redrawn every few seconds; a row kept across a
+        # redraw would be stale).
+        return str(browser.find_element(By.CSS_SELECTOR, f'tr[data-trigger="{trigger}"]').text)
+
+    orders = until(lambda: (lambda t: t if "processed 4" in t else "")(row_text("orders")),
+                   "4 processed orders")
+    assert "error 1" in orders and "running" in orders
+    assert "1d" in orders and "86400" not in orders  # durations as written
+    pairs = until(lambda: row_text("pairs"), "the pairs trigger")
+    assert "10m" in pairs and "600" not in pairs
     until(lambda: "act-1" in text("joins"), "the open join")
     assert "left: l-1" in text("joins")
     assert "(in 9m " in text("joins") or "(in 10m)" in text("joins")  # not "(in 600)"
@@ -197,8 +202,17 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     assert not browser.find_elements(By.CSS_SELECTOR, "#journal img, #joins script")
     shot("1-overview")
 
+    def orders_row() -> Any:
+        return browser.find_element(By.CSS_SELECTOR, 'tr[data-trigger="orders"]')
+
+    def click_in_orders_row(button: str) -> None:
+        # The overview table is redrawn every few seconds: a row found just before a
+        # redraw is stale and its click never happens, so find it again and retry.
+        until(lambda: orders_row().find_element(By.CSS_SELECTOR, button).click() or True,
+              f"a clickable {button} in the orders row")
+
     # Suspend without a token: the page says so, nothing changes.
-    orders.find_element(By.CSS_SELECTOR, "button.suspend").click()
+    click_in_orders_row("button.suspend")
     until(lambda: "admin token" in text("status"), "the token request")
     browser.find_element(By.ID, "token").send_keys(TOKEN)
     browser.find_element(By.ID, "token-save").click()
@@ -207,10 +221,7 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     assert browser.execute_script(
         "return sessionStorage.getItem('onceflow-admin-token')") == TOKEN
 
-    def orders_row() -> Any:
-        return browser.find_element(By.CSS_SELECTOR, 'tr[data-trigger="orders"]')
-
-    orders_row().find_element(By.CSS_SELECTOR, "button.suspend").click()
+    click_in_orders_row("button.suspend")
     until(lambda: "Suspended orders" in text("status"), "the suspend answer")
     until(lambda: "suspended" in orders_row().find_element(By.CSS_SELECTOR, "td.state").text,
           "orders suspended")
@@ -218,7 +229,7 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     assert httpx.get(console.url + "/triggers").json()["triggers"]["orders"]["suspended"]
     assert any(line["outcome"] == "suspended" and line["trigger"] == "orders"
                for line in journal(console.bootstrap, names))
-    orders_row().find_element(By.CSS_SELECTOR, "button.resume").click()
+    click_in_orders_row("button.resume")
     until(lambda: "Resumed orders" in text("status"), "the resume answer")
     until(lambda: "running" in orders_row().find_element(By.CSS_SELECTOR, "td.state").text,
           "orders running again")
