@@ -41,3 +41,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return "spark" if nodeid.startswith("tests/spark/") else nodeid.split("::")[0]
 
     return ModulesAndSpark(config, log)
+
+
+LONGEST_FIRST = ("tests/spark/", "tests/deploy/test_container.py",
+                 "tests/integration/test_live_scenarios.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest chains first (the Spark tests, the container build, the live scenario
+    runs), so that with several processes the short modules fill in around them."""
+    def rank(item: pytest.Item) -> int:
+        for place, start in enumerate(LONGEST_FIRST):
+            if item.nodeid.startswith(start):
+                return place
+        return len(LONGEST_FIRST)
+    items.sort(key=rank)
