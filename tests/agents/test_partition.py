@@ -155,12 +155,7 @@ async def test_controls_seed_forget_and_barrier() -> None:
     await c.pump()
     assert [orjson.loads(r.value) for r in c.broker.records(c.names.acks)] == [
         {"id": "b1", "partition": 0}]
-    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
-    c.broker.append(route, 0, _control(wire.FORGET, trigger="bill", key="i-1",
-                                        only="processing"))
-    await c.pump()
-    await c.runtime.handle([doc("inv", 1, 2, uuid="i-1")])
-    assert journal(c) == [("bill", "in-doubt", "i-1"), ("bill", "processed", "i-1")]
+    await _in_doubt_then_resubmitted(c)
 
 
 async def test_a_value_over_the_size_limit_is_bad_input_by_reference() -> None:
@@ -181,6 +176,16 @@ async def test_time_ticks_expire_joins(partitions: int) -> None:
     c.broker.append(c.names.route, target, _control(wire.TICK, ts=111))
     await c.pump()
     assert journal(c) == [("pair", "join-pending", "a-1"), ("pair", "join-expired", "a-1")]
+
+
+async def _in_doubt_then_resubmitted(c: LocalCluster) -> None:
+    """i-1 comes out In Doubt; after `resubmit`'s forget it is decided again and runs."""
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
+    c.broker.append(c.names.route, 0, _control(wire.FORGET, trigger="bill", key="i-1",
+                                                only="processing"))
+    await c.pump()
+    await c.runtime.handle([doc("inv", 1, 2, uuid="i-1")])
+    assert journal(c) == [("bill", "in-doubt", "i-1"), ("bill", "processed", "i-1")]
 
 
 def _control(kind: str, **fields: Any) -> Any:
@@ -259,9 +264,4 @@ async def test_an_unreadable_history_value_is_in_doubt_until_resubmitted() -> No
     (stored,) = [(p, key) for p, part in c.state["history"].items()
                  for key in part.data if key.endswith(b"i-1")]
     c.state["history"][stored[0]].data[stored[1]] = orjson.dumps([0, 3, 99])
-    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
-    c.broker.append(route, 0, _control(wire.FORGET, trigger="bill", key="i-1",
-                                        only="processing"))
-    await c.pump()
-    await c.runtime.handle([doc("inv", 1, 2, uuid="i-1")])
-    assert journal(c) == [("bill", "in-doubt", "i-1"), ("bill", "processed", "i-1")]
+    await _in_doubt_then_resubmitted(c)
