@@ -139,11 +139,10 @@ class PartitionWorker(ControlMixin):
         # The rules of partition time, expiry, sweeps, holding, seeds and forgetting are
         # the core's (onceflow.partition), the same as replay's and Spark's.
         self.state = Partition(self.processors, self.holding, now)
-        for name, processor in self.processors.items():
-            entry = self.control.get(state_key(_SUSPENDED, name))
-            if entry is not None:
-                processor.suspended = True
-                processor.suspended_reason = entry["reason"]
+        for name, reason in self.holding.suspensions().items():
+            processor = self.processors[name]
+            processor.suspended = True
+            processor.suspended_reason = reason
         self.lock = asyncio.Lock()
         self.batch = SubBatch()
         self.outbox = Outbox()
@@ -675,6 +674,15 @@ class HeldInControl:
             docs.append(Document.from_json(self.control[key]))
             del self.control[key]
         return docs
+
+    def suspensions(self) -> dict[str, str]:
+        """The recorded suspensions of the triggers: {trigger: reason}."""
+        found = {}
+        for name in self.keys:
+            entry = self.control.get(state_key(_SUSPENDED, name))
+            if entry is not None:
+                found[name] = entry["reason"]
+        return found
 
     def mark(self, trigger: str, reason: str | None) -> None:
         """Record (or clear, reason None) the suspension of trigger."""

@@ -165,16 +165,14 @@ class History:
     def seed(self, key: str, status: str, started: Timestamp, failed: bool = False) -> None:
         """Load an entry from outside (scenario history.jsonl, migrations)."""
         if status == "processing":
-            value = self._store.get(key)
-            flags = (decode_entry(value)[1] if value is not None else 0) | PROCESSING
-            self._put(key, encode_entry(started, flags))
+            added = PROCESSING
         elif status == "completed":
-            value = self._store.get(key)
-            flags = (decode_entry(value)[1] if value is not None else 0) | COMPLETED | (
-                FAILED if failed else 0)
-            self._put(key, encode_entry(started, flags))
+            added = COMPLETED | (FAILED if failed else 0)
         else:
             raise ValueError(f'history status must be "processing" or "completed", got {status!r}')
+        value = self._store.get(key)
+        flags = decode_entry(value)[1] if value is not None else 0
+        self._put(key, encode_entry(started, flags | added))
 
     def expired_keys(self, now: float) -> list[str]:
         """Keys whose entries are older than the TTL at time `now`."""

@@ -78,7 +78,7 @@ class Partition:
         self.processors = processors
         self.holding = holding
         self.now: float | None = now
-        self._join_processors = [p for p in processors.values() if p.joins is not None]
+        self._joins = [(p, p.joins) for p in processors.values() if p.joins is not None]
         self._history_processors = [p for p in processors.values() if p.history is not None]
         self._next_sweep: dict[str, float] = {}
         self._sweep_due = float("-inf")
@@ -93,22 +93,20 @@ class Partition:
         opened a join whose deadline is already behind it: that join expires here too.
         Returns whether time moved.
         """
+        if limit is not None and ts > limit:
+            ts = limit
         now = self.now
-        moved = False
-        if now is None or ts > now:
-            if limit is not None and ts > limit:
-                ts = limit
-            if now is None or ts > now:
-                self.now = now = ts
-                moved = True
+        moved = now is None or ts > now
+        if moved:
+            self.now = now = ts
         if now is not None:
             self.expire_at(now, journal)
         return moved
 
     def expire_at(self, now: float, journal: list[JournalRecord]) -> None:
         """Expire every open join whose deadline is before now (time does not move)."""
-        for processor in self._join_processors:
-            deadlines = processor.joins.deadlines  # type: ignore[union-attr]
+        for processor, joins in self._joins:
+            deadlines = joins.deadlines
             if deadlines and deadlines[0][0] < now:
                 journal.extend(processor.expire(now))
 
@@ -130,9 +128,10 @@ class Partition:
             trigger = processor.trigger
             name = trigger.name
             next_due = self._next_sweep.get(name)
-            if force == name or (next_due is not None and now >= next_due):
+            due_now = force == name or (next_due is not None and now >= next_due)
+            if due_now:
                 removed += processor.sweep(at)
-            if next_due is None or now >= next_due or force == name:
+            if next_due is None or due_now:  # first call, or swept: schedule the next one
                 next_due = self._next_sweep[name] = now + trigger.history_sweep_interval
             if next_due < due:
                 due = next_due
