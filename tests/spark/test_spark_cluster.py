@@ -72,7 +72,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     state = json.load(r)
                 if any(w.get("state") == "ALIVE" for w in state.get("workers", [])):
                     break
-            except OSError:
+            except (OSError, ValueError):
+                # Not up yet, or up and answering /json/ with its HTML page before the
+                # JSON handler is in place (seen once on a loaded machine): ask again.
                 pass
             for process in started:
                 assert process.poll() is None, (folder / "master.log").read_text()[-3000:] + (
