@@ -25,8 +25,8 @@ HERE = Path(__file__).resolve().parent
 # (an interpreted class cannot subclass a compiled one): it stays interpreted.
 COMPILED = [
     "calls", "decision", "durations", "engine", "envelope", "history", "ingress", "joins",
-    "journal", "partition", "pickling", "processor", "running", "scenario", "scripted",
-    "store", "triggers",
+    "journal", "keys", "partition", "pickling", "processor", "running", "scenario", "scripted",
+    "store", "tomltext", "triggers",
 ]
 
 

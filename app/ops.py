@@ -28,7 +28,7 @@ from onceflow.history import entry_key
 from onceflow.ingress import Ingress
 from onceflow.journal import IN_DOUBT
 from onceflow.partition import routing_key
-from onceflow.scenario import parse_record_line
+from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.tables.outbox import record_size
 from onceflow.triggers import ALL, ONLY_ONE, TriggerDef, TriggerSet, load_triggers
 
@@ -101,7 +101,7 @@ def _lines(path: str) -> list[bytes]:
 def _read_records(lines: list[bytes], name: str, settings: WorkerSettings, base: float
                   ) -> tuple[list[Outgoing], list[str]]:
     """Every line as a record to send; every bad line told (file:line: why)."""
-    highest: dict[tuple[str, int], int] = {}
+    offsets = InputOffsets(keep_values=False)  # every line sent carries its value
     names = wire.Names(settings.topic_prefix)
     limit = settings.max_record_bytes
     outgoing: list[Outgoing] = []
@@ -115,7 +115,7 @@ def _read_records(lines: list[bytes], name: str, settings: WorkerSettings, base:
             if not isinstance(item, dict):
                 raise ScenarioError(f"{where}: expected a JSON object (a record), got "
                                     f"{type(item).__name__}")
-            record = parse_record_line(item, highest, {}, where)
+            record = parse_record_line(item, offsets, where)
         except orjson.JSONDecodeError as exc:
             problems.append(f"{where}: not a JSON line: {exc}")
             continue

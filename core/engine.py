@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +204,26 @@ class Engine:
         elif rejected is not None:
             sink.output(dead_letter(record, rejected))
         return sink
+
+    def process_all(self, records: Iterable[Record], sink: Sink,
+                    on_journal: Callable[[list[JournalRecord]], None] | None = None,
+                    chunk: int = 4096) -> None:
+        """Every record in order, positions counted from 0, then the end of the input.
+
+        With `on_journal`, the journal is handed over (and not kept) every `chunk` records
+        made and once at the end.  One compiled loop: the replay's per-record glue.
+        """
+        position = 0
+        for record in records:
+            self.process(record, position, sink)
+            position += 1
+            if on_journal is not None and len(sink.journal) >= chunk:
+                on_journal(sink.journal)
+                sink.journal = []
+        self.end_of_input(sink)
+        if on_journal is not None:
+            on_journal(sink.journal)
+            sink.journal = []
 
     def run_document(self, trigger: str, document: Document, sink: Sink) -> None:
         """One admitted document through one trigger that takes it, as process() does.

@@ -43,9 +43,9 @@ class Scenario:
         """The scenario's input.jsonl."""
         return self.path / "input.jsonl"
 
-    def iter_records(self) -> Iterator[Record]:
-        """Every input record in file order, read as it goes."""
-        return read_records(self.input_path)
+    def iter_records(self, offsets: InputOffsets | None = None) -> Iterator[Record]:
+        """Every input record in file order, read as it goes (into `offsets` when given)."""
+        return read_records(self.input_path, offsets)
 
     @property
     def records(self) -> list[Record]:
@@ -85,35 +85,61 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, item
 
 
-def read_records(path: Path) -> Iterator[Record]:
-    """Records of an input.jsonl in file order, with partitions and offsets filled in."""
-    highest: dict[tuple[str, int], int] = {}
-    first_value: dict[tuple[str, int, int], Any] = {}
+class InputOffsets:
+    """What reading input lines remembers, per topic partition, from one line to the next.
+
+    The highest offset so far (a line without an offset takes the next one) and, when
+    `keep_values`, the value each offset first came with (a redelivery line may leave its
+    value out).  One dict keyed by offset per partition: an int key hashes for free, where
+    a (topic, partition, offset) key cost a tuple and its hash on every line.
+    """
+
+    def __init__(self, keep_values: bool = True) -> None:
+        self.keep_values = keep_values
+        self.lanes: dict[tuple[str, int], _Lane] = {}
+
+
+class _Lane:
+    """One topic partition's input so far."""
+
+    def __init__(self) -> None:
+        self.top = -1
+        self.values: dict[int, Any] = {}
+
+
+def read_records(path: Path, offsets: InputOffsets | None = None) -> Iterator[Record]:
+    """Records of an input.jsonl in file order, with partitions and offsets filled in.
+
+    The caller may own `offsets`, to keep what was read beyond the iteration.
+    """
+    if offsets is None:
+        offsets = InputOffsets()
     loads = orjson.loads
+    number = 0
     with path.open("rb") as handle:
-        number = 0
-        for line in handle:
-            number += 1
-            try:
-                item = loads(line)
-                if type(item) is not dict:
-                    raise ScenarioError("expected a JSON object")
-                yield parse_record_line(item, highest, first_value, "")
-            except orjson.JSONDecodeError as exc:
-                if not line.strip():
-                    continue
-                raise ScenarioError(f"{path}:{number}: not a JSON line: {exc}") from None
-            except ScenarioError as exc:
-                raise ScenarioError(f"{path}:{number}: {exc}") from None
+        while True:
+            # A few hundred lines at a time: one call for many lines, memory still bounded.
+            lines = handle.readlines(1 << 16)
+            if not lines:
+                return
+            for line in lines:
+                number += 1
+                try:
+                    item = loads(line)
+                    if type(item) is not dict:
+                        raise ScenarioError("expected a JSON object")
+                    record = parse_record_line(item, offsets, "")
+                except orjson.JSONDecodeError as exc:
+                    if not line.strip():
+                        continue
+                    raise ScenarioError(f"{path}:{number}: not a JSON line: {exc}") from None
+                except ScenarioError as exc:
+                    raise ScenarioError(f"{path}:{number}: {exc}") from None
+                yield record
 
 
-def parse_record_line(
-    item: dict[str, Any],
-    highest: dict[tuple[str, int], int],
-    first_value: dict[tuple[str, int, int], Any] | None,
-    where: str = "",
-) -> Record:
-    """One input line as a Record; `highest` tracks offsets per partition across lines.
+def parse_record_line(item: dict[str, Any], offsets: InputOffsets, where: str = "") -> Record:
+    """One input line as a Record; `offsets` carries what earlier lines said.
 
     Errors name `where` (a file and line) when given.
     """
@@ -127,14 +153,17 @@ def parse_record_line(
     elif type(partition) is not int or partition < 0:
         raise ScenarioError(f"{_at(where)}'partition' must be a whole number >= 0")
     tp = (topic, partition)
-    top = highest.get(tp, -1)
+    lane = offsets.lanes.get(tp)
+    if lane is None:
+        lane = offsets.lanes[tp] = _Lane()
+    top = lane.top
     offset = item.get("offset")
     if offset is None:
         offset = top + 1
     elif type(offset) is not int or offset < 0:
         raise ScenarioError(f"{_at(where)}'offset' must be a whole number >= 0")
     if offset > top:
-        highest[tp] = offset
+        lane.top = offset  # a line found bad below still takes its offset
     key = item.get("key")
     if key is not None and type(key) is not str:
         raise ScenarioError(f"{_at(where)}'key' must be a string or null")
@@ -155,12 +184,12 @@ def parse_record_line(
         if type(raw) is not str:
             raise ScenarioError(f"{_at(where)}'raw' must be a string (the value as UTF-8 text)")
         value = decode_value(raw.encode("utf-8"))
-    elif first_value is not None and (topic, partition, offset) in first_value:
-        value = first_value[(topic, partition, offset)]  # a redelivery without its value
+    elif offsets.keep_values and offset in lane.values:
+        value = lane.values[offset]  # a redelivery without its value
     else:
         raise ScenarioError(f"{_at(where)}a record needs 'value' or 'raw'")
-    if first_value is not None and offset > top:
-        first_value[(topic, partition, offset)] = value
+    if offset > top and offsets.keep_values:
+        lane.values[offset] = value
     return Record(topic, partition, offset, record_time(ts), value, key, headers)
 
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 from onceflow import journal as J
 from onceflow.envelope import BadEnvelope, check_envelope
 from onceflow.errors import ScenarioError
-from onceflow.scenario import parse_record_line
+from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.triggers import TriggerSet
 
 from .archive import Archive, read_records
@@ -100,8 +100,7 @@ class AuditRecords:
             yield from self._run(batches)
 
     def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        highest: dict[tuple[str, int], int] = {}
-        first_value: dict[tuple[str, int, int], Any] = {}
+        offsets = InputOffsets()
         for batch in batches:
             rows: list[tuple[Any, ...]] = []
             kinds = batch.column(0).to_pylist()
@@ -116,7 +115,7 @@ class AuditRecords:
                     # a topic-partition come in file order too.
                     for pos, _, item in marshal.loads(data):
                         try:
-                            record = parse_record_line(item, highest, first_value)
+                            record = parse_record_line(item, offsets)
                         except ScenarioError as exc:
                             rows.append((pos, None, None, None, None, None, None, [],
                                          str(exc), None))

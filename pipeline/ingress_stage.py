@@ -26,7 +26,7 @@ from onceflow.journal import JournalRecord
 from onceflow.keys import key_prefix
 from onceflow.partition import routing_key
 from onceflow.processor import Output
-from onceflow.scenario import parse_record_line
+from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.triggers import TriggerSet
 
 from .archive import RANK_SHIFT
@@ -105,8 +105,7 @@ class _IngressTask:
         # which is crc32 of the concatenation.
         self.routes = {t.name: (i, zlib.crc32(key_prefix(t.name).encode("utf-8", "surrogatepass")))
                        for i, t in enumerate(triggers.triggers)}
-        self.highest: dict[tuple[str, int], int] = {}
-        self.first_value: dict[tuple[str, int, int], Any] = {}
+        self.offsets = InputOffsets()
         self.out = _RoutedOutput()
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -151,12 +150,12 @@ class _IngressTask:
         routes = self.routes
         crc32 = zlib.crc32
         ingress = self.ingress
-        highest, first_value = self.highest, self.first_value
+        offsets = self.offsets
         journal: list[JournalRecord] = []
         by_vpart: dict[int, list[tuple[int, int, float | None, Any]]] = {}
         for pos, w, item in entries:
             try:
-                record = parse_record_line(item, highest, first_value)
+                record = parse_record_line(item, offsets)
             except ScenarioError as exc:
                 self._malformed(self._where(pos), str(exc), None, pos, block, by_vpart)
                 continue

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from onceflow.envelope import record_time
 from onceflow.errors import ScenarioError
-from onceflow.scenario import parse_record_line
+from onceflow.scenario import InputOffsets, parse_record_line
 
 from .archive import RANK_SHIFT, ArchiveError, normalize_path
 from .rows import MALFORMED, READ_SCHEMA, RECORDS, SUMMARY, paused_gc
@@ -138,7 +138,7 @@ def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str | bytes
             _add(item, ts, topic, partition, pos, splits, out)
             return
         try:
-            parse_record_line(item, {}, None)
+            parse_record_line(item, InputOffsets(keep_values=False))
         except ScenarioError as exc:
             reason = str(exc)
         else:

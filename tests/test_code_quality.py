@@ -52,3 +52,14 @@ def test_every_package_imports_only_the_layers_below_it() -> None:
             for name in forbidden:
                 assert f"import {name}" not in text and f"from {name}" not in text, (
                     f"{package}/{path.name} imports {name}")
+
+
+def test_every_core_module_but_the_exceptions_is_compiled() -> None:
+    # A core module left out of setup.py's list runs interpreted on every document
+    # (keys.py once was: its key building took 14% of a replay).
+    namespace: dict[str, object] = {}
+    source = (ROOT / "setup.py").read_text(encoding="utf-8")
+    start = source.index("COMPILED = [")
+    exec(source[start:source.index("]", start) + 1], namespace)  # noqa: S102
+    modules = {path.stem for path in (ROOT / "core").glob("*.py")}
+    assert set(namespace["COMPILED"]) == modules - {"__init__", "errors"}  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from onceflow.envelope import (
     record_time,
 )
 from onceflow.ingress import MAX_KEY_LENGTH, DeliveryCounter, IdCache, Ingress
-from onceflow.scenario import parse_record_line
+from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.triggers import parse_triggers
 from reference_models import ReferenceIdCache
 
@@ -373,5 +373,6 @@ def test_record_time_has_millisecond_resolution(ts: float, rounded: float) -> No
 
 
 def test_scenario_records_are_read_at_millisecond_resolution() -> None:
-    record = parse_record_line({"ts": 1.2501, "topic": "t", "value": {}}, {}, None)
+    record = parse_record_line({"ts": 1.2501, "topic": "t", "value": {}},
+                               InputOffsets())
     assert record.ts == 1.25

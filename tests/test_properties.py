@@ -28,7 +28,7 @@ from onceflow.engine import Engine
 from onceflow.envelope import MAX_IDENTITY_LENGTH, Record, parse_delivery_count
 from onceflow.journal import JOIN_PENDING, RETRY, TERMINAL, JournalRecord
 from onceflow.processor import WAITING_AGAIN
-from onceflow.scenario import parse_record_line
+from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.scripted import RESOLVERS, scripted_service
 from onceflow.triggers import TriggerSet, parse_triggers
 from reference_models import ReferenceIdCache
@@ -132,8 +132,7 @@ def scenarios(draw: st.DrawFn, max_records: int = 40, late: bool = False) -> Sce
     topic_tables = {t: {"id_cache_size": draw(st.integers(1, 4)),
                         "persist_id_cache": draw(st.booleans())} for t in TOPICS}
     triggers = parse_triggers({"trigger": tables, "topic": topic_tables})
-    highest: dict[tuple[str, int], int] = {}
-    first: dict[tuple[str, int, int], Any] = {}
+    offsets = InputOffsets()
     records: list[Record] = []
     ts = 0
     for _ in range(draw(st.integers(1, max_records))):
@@ -162,7 +161,7 @@ def scenarios(draw: st.DrawFn, max_records: int = 40, late: bool = False) -> Sce
         else:
             line = draw(new_line())
         line["ts"] = record_ts
-        records.append(parse_record_line(line, highest, first, "generated"))
+        records.append(parse_record_line(line, offsets, "generated"))
     return Scenario(triggers, records)
 
 
@@ -399,9 +398,8 @@ def test_a_redelivery_of_a_copy_with_the_waiting_members_message_id_is_absorbed(
               "value": {"uuid": "u1", "activation": "x", "type": "b"}},
              {"topic": "a", "partition": 0, "offset": 2, "ts": 0, "headers": {"message-id": "m1"},
               "value": {"uuid": "u1", "activation": "x", "type": "b"}}]
-    highest: dict[tuple[str, int], int] = {}
-    first: dict[tuple[str, int, int], Any] = {}
-    scenario = Scenario(triggers, [parse_record_line(line, highest, first, "example")
+    offsets = InputOffsets()
+    scenario = Scenario(triggers, [parse_record_line(line, offsets, "example")
                                    for line in lines])
     journal, _, _ = run(scenario)
     assert [(r.position, r.outcome) for r in journal] == [
