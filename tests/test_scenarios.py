@@ -220,3 +220,32 @@ def test_cli_outputs_writes_one_file_per_topic(tmp_path: Path) -> None:
              .splitlines()]
     assert ok["value"] == {"ok": True}
     assert ok["headers"]["dup-id"] == "billing:a-2"
+
+
+def test_a_redelivery_line_without_a_value_takes_the_first_lines_value(tmp_path: Path) -> None:
+    # The reader keeps each offset's line, not its decoded value, and decodes it again
+    # for a redelivery that leaves the value out: the same value, "raw" text included.
+    from onceflow.envelope import NotJson
+    from onceflow.scenario import InputOffsets, parse_record_line, read_records
+
+    lines = [{"ts": 1, "topic": "t", "value": {"uuid": "a", "n": [1, {"x": None}]}},
+             {"ts": 2, "topic": "t", "raw": "not json"},
+             {"ts": 3, "topic": "t", "partition": 1, "offset": 7, "value": "seven"},
+             {"ts": 4, "topic": "t", "offset": 0},
+             {"ts": 5, "topic": "t", "offset": 1},
+             {"ts": 6, "topic": "t", "partition": 1, "offset": 7}]
+    path = tmp_path / "input.jsonl"
+    path.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    records = list(read_records(path))
+    assert [(r.partition, r.offset) for r in records] == [(0, 0), (0, 1), (1, 7), (0, 0),
+                                                         (0, 1), (1, 7)]
+    assert records[3].value == records[0].value == {"uuid": "a", "n": [1, {"x": None}]}
+    assert isinstance(records[4].value, NotJson) and records[4].value.text == "not json"
+    assert records[5].value == "seven"
+    # Given items without their lines (the Spark stages), the values themselves are kept.
+    offsets = InputOffsets()
+    parsed = [parse_record_line(line, offsets) for line in lines]
+    assert parsed[3].value is parsed[0].value and parsed[5].value == "seven"
+    # An offset never seen before still needs a value.
+    with pytest.raises(Exception, match="needs 'value' or 'raw'"):
+        parse_record_line({"ts": 7, "topic": "t", "offset": 5}, offsets)
