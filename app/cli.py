@@ -21,16 +21,48 @@ def _version() -> str:
         return "unknown"
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose epilog may be a function, called only when help is printed."""
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
+
+class _Version(argparse.Action):
+    """--version, reading the installed version only when asked.
+
+    importlib.metadata is slow to import, and every command builds the parser.
+    """
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default,
+                         help=help or "show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        sys.stdout.write(f"onceflow {_version()}\n")
+        parser.exit()
+
+
+def _settings_help() -> str:
+    from onceflow.app.settings import settings_help
+
+    return settings_help()
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="onceflow",
         description="Exactly-once trigger processing on Kafka.",
         epilog="Errors are one line on stderr; exit codes: 2 wrong input or setting, 3 "
         "broker or worker unreachable, 4 refused by the system (file, port), 70 unexpected "
         "(ONCEFLOW_DEBUG=1 prints its traceback).",
     )
-    parser.add_argument("--version", action="version", version=f"onceflow {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action=_Version)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     replay = commands.add_parser(
         "replay", help="run a scenario folder with no broker, on simulated time",
@@ -52,15 +84,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from onceflow.app.settings import FLAGS, settings_help
+    from onceflow.app.flags import WORKER_FLAGS
 
     worker = commands.add_parser(
         "worker", help="run a Faust worker (settings from ONCEFLOW_* variables)",
         description="Run the triggers of a trigger file over Kafka. Settings come from "
         "ONCEFLOW_* variables; the flags below override them.",
-        epilog=settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_settings_help, formatter_class=argparse.RawDescriptionHelpFormatter)
     worker.add_argument("--triggers", required=True, help="the triggers.toml file")
-    for flag, (field, metavar) in FLAGS.items():
+    for flag, (field, metavar) in WORKER_FLAGS.items():
         worker.add_argument(flag, dest=f"set_{field}", metavar=metavar,
                             help=f"sets ONCEFLOW_{field.upper()} (below)")
     check = commands.add_parser(

@@ -16,12 +16,10 @@ from onceflow.errors import ConfigError
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .flags import WORKER_FLAGS
 from .security import Cluster, SecuritySettings, bootstrap_servers, security_from_env
 
-# `onceflow worker` flags for the common settings: flag -> (field, metavar).
-FLAGS = {"--broker": ("broker_url", "URL"), "--data-dir": ("data_dir", "DIR"),
-         "--web-port": ("web_port", "PORT"), "--partitions": ("partitions", "N"),
-         "--log-level": ("log_level", "LEVEL")}
+FLAGS = WORKER_FLAGS
 
 LOG_LEVELS = {"crit": "critical", "critical": "critical", "error": "error", "warn": "warning",
               "warning": "warning", "info": "info", "debug": "debug"}

@@ -218,12 +218,9 @@ def record_time(ts: Timestamp) -> Timestamp:
     if type(ts) is int:
         return ts
     scaled = ts * 1000.0
-    if scaled != scaled or scaled in (_INF, -_INF):
+    if scaled - scaled != 0.0:  # NaN or infinite (either minus itself is NaN)
         return ts
     return round(scaled) / 1000
-
-
-_INF = float("inf")
 
 
 # The classes made once or more per document write their __init__ out: compiled, a

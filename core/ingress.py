@@ -129,14 +129,23 @@ class DeliveryCounter:
     a worker that persists it knows after a restart which records it had started.
     """
 
-    __slots__ = ("_store",)
+    __slots__ = ("_store", "_scopes")
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        # The store key of each topic partition, made once: "<topic>/<partition>".
+        self._scopes: dict[str, dict[int, str]] = {}
 
     def count(self, record: Record) -> int:
         """The record's delivery count (-1 when the header cannot be read)."""
-        scope = f"{record.topic}/{record.partition}"
+        topic = record.topic
+        partition = record.partition
+        scopes = self._scopes.get(topic)
+        if scopes is None:
+            scopes = self._scopes[topic] = {}
+        scope = scopes.get(partition)
+        if scope is None:
+            scope = scopes[partition] = f"{topic}/{partition}"
         highest = self._store.get(scope)
         offset = record.offset
         if highest is None or offset > highest:
