@@ -46,6 +46,7 @@ from onceflow.errors import OnceflowError
 from .security import Cluster, bootstrap_servers, security_from_env, started
 
 log = logging.getLogger("onceflow.bridge")
+UNASSIGNED_WARNING = 30.0  # seconds without a partition before the log says so
 DUP_ID_PREFIX = "bridge:"
 TOO_LARGE = (MessageSizeTooLargeError, RecordTooLargeError)
 
@@ -68,6 +69,7 @@ class BridgeSpec:
     dup_id_prefix: str = DUP_ID_PREFIX
     session_timeout: float = 10.0
     heartbeat_interval: float = 1.0
+    log_level: str = "warning"
 
 
 class Bridge:
@@ -82,6 +84,10 @@ class Bridge:
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._target_partitions = 0
+        # When the consumer last had partitions (or started): a group that assigns none
+        # for long is told in the log, not waited on in silence.
+        self._assigned_at = time.monotonic()
+        self._told_unassigned = 0.0
 
     def stop(self) -> None:
         """Finish the batch in hand, commit it, and stop."""
@@ -136,6 +142,7 @@ class Bridge:
     async def _forward_one_batch(self) -> None:
         assert self._consumer is not None and self._producer is not None
         spec = self.spec
+        self._check_assignment()
         fetch = asyncio.ensure_future(self._consumer.getmany(
             timeout_ms=500, max_records=spec.batch_size))
         stopping = asyncio.ensure_future(self._stopping.wait())
@@ -179,6 +186,21 @@ class Bridge:
         self.forwarded += sum(len(records) for records in batches.values()) - skipped
         self.skipped += skipped
         self.batches += 1
+
+    def _check_assignment(self) -> None:
+        """Warn, every UNASSIGNED_WARNING seconds, while the group gives this bridge nothing."""
+        assert self._consumer is not None
+        now = time.monotonic()
+        if self._consumer.assignment():
+            self._assigned_at, self._told_unassigned = now, 0.0
+            return
+        waited = now - self._assigned_at
+        if waited >= self._told_unassigned + UNASSIGNED_WARNING:
+            self._told_unassigned = waited
+            log.warning("bridge: no partition of %s assigned to this bridge for %.0f s "
+                        "(group %r); another member may hold them all, or the group "
+                        "coordinator is not answering", self.spec.source_topic, waited,
+                        self.spec.group)
 
     async def _send_raw(self, record: Any) -> Any:
         assert self._producer is not None
@@ -244,12 +266,14 @@ def bridge_spec(args: Any, settings: Any) -> BridgeSpec:
     return BridgeSpec(source, args.source, target, args.target, group,
                       batch_size=args.batch_size, dup_id_prefix=args.dup_id_prefix,
                       session_timeout=settings.session_timeout,
-                      heartbeat_interval=settings.heartbeat_interval)
+                      heartbeat_interval=settings.heartbeat_interval,
+                      log_level=settings.log_level)
 
 
 def run_bridge(spec: BridgeSpec) -> int:
     """`onceflow bridge`: forward until SIGTERM or Ctrl-C, then commit and stop."""
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=spec.log_level.upper(),
+                        format="%(asctime)s %(name)s %(message)s")
     bridge = Bridge(spec)
 
     async def main() -> None:

@@ -113,8 +113,9 @@ def test_a_bridge_killed_again_and_again_forwards_everything_once(
         asyncio.run(create_topic(broker.bootstrap, target_topic))
         args = ["--from", source_topic, "--to", target_topic, "--from-broker", source.url,
                 "--batch-size", "500"]
+        # Info: the log shows each bridge's group joins and assignments, should one stall.
         env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_SESSION_TIMEOUT": "1",
-               "ONCEFLOW_HEARTBEAT_INTERVAL": "0.2"}
+               "ONCEFLOW_HEARTBEAT_INTERVAL": "0.2", "ONCEFLOW_LOG_LEVEL": "info"}
         ledger = tmp_path / "ledger.sqlite"
         worker = start_worker(CRASH / "bridged.toml", prefix, test_ledger=ledger,
                               idle_after=1, wait=False)
@@ -130,7 +131,10 @@ def test_a_bridge_killed_again_and_again_forwards_everything_once(
                 deadline = time.monotonic() + 240
                 mark = 0
                 while kills < KILLS:
-                    assert time.monotonic() < deadline, "the bridge stopped forwarding"
+                    assert time.monotonic() < deadline, (
+                        f"the bridge stopped forwarding: {len(target.records)} records on "
+                        f"the target after {kills} kill(s); the bridge's log ends:\n"
+                        + (tmp_path / "bridge.log").read_text(errors="replace")[-6000:])
                     await target.wait(0.05)
                     if len(target.records) >= mark + KILL_AFTER:
                         bridge.kill()
