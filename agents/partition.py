@@ -597,6 +597,10 @@ class PartitionWorker(ControlMixin):
 
     def sweep_due(self, now: float, force: str | None = None) -> int:
         """Sweep the history of triggers whose sweep is due (or `force`: that one now)."""
+        if force is None and not self.state.sweep_is_due(now):
+            # Asked after every sub-batch; the horizon walks every record not committed
+            # yet (a tenth of the worker's CPU when it was computed each time).
+            return 0
         return self.state.sweep_due(now, self.rt.sweep_horizon(), force)
 
     # -- suspension -------------------------------------------------------------------

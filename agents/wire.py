@@ -21,8 +21,9 @@ import orjson
 from onceflow.engine import DEAD_LETTER_TOPIC
 from onceflow.envelope import Document, json_kind
 from onceflow.journal import JournalRecord
+from onceflow.keys import kafka_partition
 from onceflow.processor import Output
-from onceflow.tables.outbox import Outbox, partition_for
+from onceflow.tables.outbox import Outbox
 
 from .signing import RouteSigner
 
@@ -211,7 +212,7 @@ class Names:
 
 def route_partition(key: str, partitions: int) -> int:
     """The partition that owns a routing key (Kafka's default partitioner)."""
-    return partition_for(key.encode(), partitions)
+    return kafka_partition(key.encode(), partitions)
 
 
 @dataclass(slots=True)

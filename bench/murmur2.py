@@ -2,8 +2,8 @@
 
 The worker hashes every document's routing key (wire.route_partition) with Kafka's
 murmur2, so that a routed document lands on the partition Kafka's default partitioner
-would pick.  onceflow keeps its own version (tables/outbox.py, four bytes at a time)
-only if it pays: this prints both rates and their ratio, measured in the same run, on
+would pick.  onceflow keeps its own version (core/keys.py, compiled, on 64-bit machine
+integers) only if it pays: this prints both rates and their ratio, measured in the same run, on
 uuid-shaped keys (36 bytes) and on short and long keys, and checks they agree.
 
     .venv/bin/python bench/murmur2.py [--keys 200000]
@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
-from onceflow.tables.outbox import murmur2
+from onceflow.keys import murmur2
 
 
 def rate(function: Callable[[bytes], int], keys: list[bytes], rounds: int = 3) -> float:

@@ -11,6 +11,10 @@ plain join, as stored by earlier versions.
 
 from __future__ import annotations
 
+from typing import Final
+
+from mypy_extensions import i64
+
 SEPARATOR = "\x1f"
 _ESCAPE = "\x1e"
 
@@ -68,3 +72,51 @@ def split_state_key(key: str, limit: int = -1) -> list[str]:
         i += 1
     parts.append("".join(current))
     return parts
+
+
+# -- Kafka's default partitioner ------------------------------------------------------------
+
+_MASK32: Final = 0xFFFFFFFF
+
+
+def _times_m(x: i64) -> i64:
+    """(x * 0x5BD1E995) mod 2**32 for x below 2**32, by the constant's two halves.
+
+    Each product stays below 2**48, so the compiled core keeps to machine integers where
+    the full product (up to 2**62.5) would spill into arbitrary-precision ones.
+    """
+    return ((x * 0xE995) + (((x * 0x5BD1) & 0xFFFF) << 16)) & _MASK32
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (the Java client's Utils.murmur2): the same values as aiokafka's."""
+    length: i64 = len(data)
+    h: i64 = (0x9747B28C ^ length) & _MASK32
+    body: i64 = length & ~3
+    i: i64 = 0
+    k: i64
+    while i < body:
+        k = _times_m(i64(data[i]) | (i64(data[i + 1]) << 8) | (i64(data[i + 2]) << 16)
+                     | (i64(data[i + 3]) << 24))
+        k ^= k >> 24
+        h = _times_m(h) ^ _times_m(k)
+        i += 4
+    extra: i64 = length & 3
+    if extra:
+        if extra >= 3:
+            h ^= i64(data[body + 2]) << 16
+        if extra >= 2:
+            h ^= i64(data[body + 1]) << 8
+        h = _times_m(h ^ i64(data[body]))
+    h ^= h >> 13
+    h = _times_m(h)
+    return int(h ^ (h >> 15))
+
+
+def kafka_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a key (as the Java client does).
+
+    The worker routes every document by its routing key with it, and places produced
+    records with a key on the partition Kafka would choose.
+    """
+    return (murmur2(key) & 0x7FFFFFFF) % partitions

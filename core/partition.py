@@ -110,6 +110,10 @@ class Partition:
             if deadlines and deadlines[0][0] < now:
                 journal.extend(processor.expire(now))
 
+    def sweep_is_due(self, now: float) -> bool:
+        """Whether some trigger's sweep is due at now (so sweep_due would sweep)."""
+        return now >= self._sweep_due
+
     def sweep_due(self, now: float, horizon: float | None = None,
                   force: str | None = None) -> int:
         """Sweep the history of each trigger whose sweep is due at now (or `force`: that one).

@@ -10,48 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from onceflow.keys import kafka_partition
+
 TopicPartition = tuple[str, int]
-
-
-_WORDS = struct.Struct("<I")
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (the Java client's Utils.murmur2), four bytes at a time.
-
-    The same values as aiokafka's byte-by-byte version, in about half its time (bench/
-    murmur2.py: 2.05x on 36-byte uuid keys, 1.5x on 6-byte keys, 1.95x on 200-byte keys):
-    the worker hashes every document's routing key, about 4 microseconds saved each.
-    """
-    length = len(data)
-    m = 0x5BD1E995
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    body = length & ~3
-    for (k,) in _WORDS.iter_unpack(data[:body]):
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> 24
-        h = ((h * m) & 0xFFFFFFFF) ^ ((k * m) & 0xFFFFFFFF)
-    extra = length & 3
-    if extra:
-        if extra >= 3:
-            h ^= data[body + 2] << 16
-        if extra >= 2:
-            h ^= data[body + 1] << 8
-        h = ((h ^ data[body]) * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    return h ^ (h >> 15)
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """Kafka's default partition of a key (murmur2, as the Java client computes it)."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 # A record batch header (61 bytes) and the framing of one record in it at its largest
@@ -219,7 +185,7 @@ class MemoryBroker:
     def append(self, topic: str, partition: int | None, record: OutRecord) -> tuple[int, int]:
         """Store one record; (partition, offset)."""
         if partition is None:
-            partition = (partition_for(record.key, self.default_partitions)
+            partition = (kafka_partition(record.key, self.default_partitions)
                          if record.key is not None else 0)
         log = self.log(topic, partition)
         log.append(StoredRecord(len(log), record.key, record.value, list(record.headers),

@@ -73,8 +73,11 @@ def test_sweeps_follow_each_triggers_interval_and_a_horizon_holds_them_back() ->
         {"name": "slow", "types": ["a"], "history_ttl": "1m", "history_sweep_interval": "1h"})
     for name in ("fast", "slow"):
         History(state.history_store(name), 60).mark_completed("old", 0, False)
-    assert partition.sweep_due(0) == 0  # the first call only schedules
-    assert partition.sweep_due(59) == 0  # not due yet
+    assert partition.sweep_is_due(0)  # the first call only schedules...
+    assert partition.sweep_due(0) == 0
+    assert not partition.sweep_is_due(59)  # ...the sweep of "fast" one minute later
+    assert partition.sweep_due(59) == 0
+    assert partition.sweep_is_due(60)
     # Due for "fast", but no partition has seen past 30 s: nothing older than that goes.
     assert partition.sweep_due(61, horizon=30) == 0
     assert "old" in state.history_store("fast")

@@ -9,7 +9,8 @@ import pytest
 from aiokafka.partitioner import murmur2 as reference_murmur2
 from hypothesis import given
 from hypothesis import strategies as st
-from onceflow.tables.outbox import MemoryBroker, Outbox, murmur2, partition_for
+from onceflow.keys import kafka_partition, murmur2
+from onceflow.tables.outbox import MemoryBroker, Outbox
 from onceflow.tables.partition import DictPartition
 from onceflow.tables.state import PartitionStore, TableBuffer, UndoLog, flush_state
 
@@ -79,7 +80,7 @@ def test_murmur2_agrees_with_kafka() -> None:
             data = os.urandom(length)
             assert murmur2(data) == reference_murmur2(data)
     # Kafka's default partitioner (the Java client) puts these keys here.
-    assert partition_for(b"a", 4) == (reference_murmur2(b"a") & 0x7FFFFFFF) % 4
+    assert kafka_partition(b"a", 4) == (reference_murmur2(b"a") & 0x7FFFFFFF) % 4
 
 
 async def test_an_outbox_keeps_order_within_a_partition() -> None:
