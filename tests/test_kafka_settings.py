@@ -136,3 +136,47 @@ def test_bridge_sides_and_dup_ids(monkeypatch: pytest.MonkeyPatch) -> None:
                                  "target": "a"})
     with pytest.raises(OnceflowError, match="same topic"):
         bridge_spec(same, WorkerSettings.from_env())
+
+
+def test_a_bridge_without_partitions_says_so_every_30_s(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import argparse
+
+    from onceflow.app import bridge as bridge_module
+
+    monkeypatch.setenv("ONCEFLOW_BROKER_URL", "kafka://target:9092")
+    monkeypatch.setenv("ONCEFLOW_LOG_LEVEL", "info")
+    args = argparse.Namespace(source="a", target="b", from_broker="kafka://source:9093",
+                              to_broker=None, group=None, batch_size=10,
+                              dup_id_prefix="bridge:")
+    spec = bridge_module.bridge_spec(args, WorkerSettings.from_env())
+    assert spec.log_level == "info"
+
+    class Consumer:
+        assigned: set[str] = set()
+
+        def assignment(self) -> set[str]:
+            return self.assigned
+
+    clock = [1000.0]
+    monkeypatch.setattr(bridge_module.time, "monotonic", lambda: clock[0])
+    bridge = bridge_module.Bridge(spec)
+    consumer = Consumer()
+    bridge._consumer = consumer  # type: ignore[assignment]
+
+    def warnings_after(seconds: float) -> int:
+        clock[0] = 1000.0 + seconds
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="onceflow.bridge"):
+            bridge._check_assignment()
+        return sum("no partition of a assigned" in r.getMessage() for r in caplog.records)
+
+    assert warnings_after(29) == 0
+    assert warnings_after(31) == 1
+    assert warnings_after(45) == 0  # once per 30 s, not on every fetch
+    assert warnings_after(61) == 1
+    consumer.assigned = {"a-0"}
+    assert warnings_after(62) == 0  # assigned: the wait starts again
+    consumer.assigned = set()
+    assert warnings_after(91) == 0
+    assert warnings_after(93) == 1
