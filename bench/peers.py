@@ -50,6 +50,7 @@ from onceflow.app.process import WorkerProcess
 from onceflow.app.topics import TopicSpec, ensure_topics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procs import cpu_seconds, peak_rss_mib  # noqa: E402
 from worker import naive_rate  # noqa: E402
 
 PREFIX = "peers."
@@ -161,15 +162,6 @@ def check_outputs(name: str, values: list[bytes], unique: set[str], key: str) ->
                          f"missing, {len(seen) - len(set(seen))} repeated)")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a live process so far (0 when it cannot be read)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Cpu:
     """CPU seconds each watched process spent between the first output and the last."""
 
@@ -184,17 +176,6 @@ class Cpu:
     def last(self) -> None:
         self.spent = {name: cpu_seconds(pid) - self.start.get(name, 0.0)
                       for name, pid in self.pids.items()}
-
-
-def peak_rss_mib(pid: int) -> float:
-    """VmHWM of a live process, in MiB (0 when it cannot be read)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def onceflow_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path,

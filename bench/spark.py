@@ -31,6 +31,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate_lines, write_scenario  # noqa: E402
+from procs import TreeSampler  # noqa: E402
 
 FIELDS = ("trigger", "outcome", "identity", "activation", "ts")
 
@@ -75,22 +76,35 @@ def main() -> None:
         load_before = os.getloadavg()[0]
         cpu = cpu_seconds()
         start = time.perf_counter()
-        subprocess.run([str(onceflow), "spark", "replay", "--master", args.master,
-                        "--triggers", str(folder / "triggers.toml"),
-                        "--input", str(folder / "input.jsonl"), "--output", str(output),
-                        "--quiet"], check=True, stdout=subprocess.DEVNULL)
+        command = subprocess.Popen([str(onceflow), "spark", "replay", "--master", args.master,
+                                    "--triggers", str(folder / "triggers.toml"),
+                                    "--input", str(folder / "input.jsonl"),
+                                    "--output", str(output), "--quiet"],
+                                   stdout=subprocess.DEVNULL)
+        # Every process of the command (the driver, its JVM, the Python workers the JVM
+        # starts): not all of them are waited for by their parents, so children's rusage
+        # alone can miss some; /proc is sampled as well and the larger figure kept.
+        tree = TreeSampler(command.pid).start()
+        if command.wait() != 0:
+            tree.stop()
+            raise SystemExit(f"onceflow spark replay exited {command.returncode}")
         spark_wall = time.perf_counter() - start
+        tree.stop()
         spark_cpu_driver = cpu_seconds() - cpu
+        spark_cpu = max(spark_cpu_driver, tree.total_cpu())
+        worker_peak = tree.peak_of("worker_daemon")
         summary = orjson.loads((output / "summary.json").read_bytes())
         spark_job = summary["seconds"]
         spark_lines = b"".join(p.read_bytes() for p in
                                sorted((output / "journal.jsonl").glob("part-*"))).split(b"\n")
 
         journal = Path(tmp) / "replay.jsonl"
+        cpu = cpu_seconds()
         start = time.perf_counter()
         with journal.open("wb") as out:
             subprocess.run([str(onceflow), "replay", str(folder)], stdout=out, check=True)
         replay_wall = time.perf_counter() - start
+        replay_cpu = cpu_seconds() - cpu
         load_after = os.getloadavg()[0]
         replay_lines = journal.read_bytes().split(b"\n")
         identical = journal_multiset(spark_lines) == journal_multiset(replay_lines)
@@ -108,6 +122,13 @@ def main() -> None:
           f"({replay_wall:.1f} s, one process)")
     print(f"ratio spark/replay           {spark_rate / replay_rate:>12.2f} end to end, "
           f"{job_rate / replay_rate:.2f} within the job")
+    spark_us, replay_us = spark_cpu / n * 1e6, replay_cpu / n * 1e6
+    print(f"CPU per document             {spark_us:>12.1f} us spark (every process of the "
+          f"command, {spark_cpu:.1f} s), {replay_us:.1f} us replay ({replay_cpu:.1f} s)")
+    print(f"ratio of CPU spark/replay    {spark_us / replay_us:>12.2f} (target <= 2: "
+          f"{'met' if spark_us <= 2 * replay_us else 'NOT met'})")
+    print(f"Python worker peak RSS       {worker_peak:>12.0f} MiB (the largest of onceflow's "
+          f"Python workers; run with several --documents to see whether it grows)")
     print(f"results identical            {'yes' if identical else 'NO'} (journal multisets)")
     print(f"target 50,000 documents/s    end to end {'met' if spark_rate >= 50_000 else 'NOT met'}"
           f", within the job {'met' if job_rate >= 50_000 else 'NOT met'}")
