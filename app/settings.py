@@ -19,8 +19,6 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from .flags import WORKER_FLAGS
 from .security import Cluster, SecuritySettings, bootstrap_servers, security_from_env
 
-FLAGS = WORKER_FLAGS
-
 LOG_LEVELS = {"crit": "critical", "critical": "critical", "error": "error", "warn": "warning",
               "warning": "warning", "info": "info", "debug": "debug"}
 
@@ -266,7 +264,7 @@ class WorkerSettings(BaseSettings):
 
 def settings_help() -> str:
     """Every ONCEFLOW_ variable with its default and meaning (for `worker --help`)."""
-    flags = {field: flag for flag, (field, _) in FLAGS.items()}
+    flags = {field: flag for flag, (field, _) in WORKER_FLAGS.items()}
     fields = [(name, info) for name, info in WorkerSettings.model_fields.items()
               if name != "security"]
     fields += list(SecuritySettings.model_fields.items())  # read from ONCEFLOW_* as well

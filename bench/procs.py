@@ -8,13 +8,22 @@ import threading
 from pathlib import Path
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (None when it cannot be read)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _cpu(fields: list[str]) -> float:
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a live process so far (0 when it cannot be read)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    fields = _stat(pid)
+    return 0.0 if fields is None else _cpu(fields)
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -28,19 +37,20 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
-def _parents() -> dict[int, tuple[int, str]]:
-    """Every live process: pid -> (parent pid, command line)."""
+def _processes() -> dict[int, tuple[int, float, str]]:
+    """Every live process: pid -> (parent pid, CPU seconds so far, command line)."""
     found = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
+        fields = _stat(int(entry.name))
         try:
-            stat = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
             cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
-        except (OSError, IndexError):
+        except OSError:
             continue
-        found[int(entry.name)] = (int(stat[1]), cmdline.replace(b"\0", b" ").decode(
-            "utf-8", "replace"))
+        if fields is not None:
+            found[int(entry.name)] = (int(fields[1]), _cpu(fields), cmdline.replace(
+                b"\0", b" ").decode("utf-8", "replace"))
     return found
 
 
@@ -75,20 +85,20 @@ class TreeSampler:
             self._stop.wait(self.interval)
 
     def sample(self) -> None:
-        processes = _parents()
+        processes = _processes()
         tree = {self.root}
         grew = True
         while grew:
             grew = False
-            for pid, (parent, _) in processes.items():
+            for pid, (parent, _, _) in processes.items():
                 if parent in tree and pid not in tree:
                     tree.add(pid)
                     grew = True
         for pid in tree:
             if pid not in processes:
                 continue
-            self.command[pid] = processes[pid][1]
-            self.cpu[pid] = max(self.cpu.get(pid, 0.0), cpu_seconds(pid))
+            _, cpu, self.command[pid] = processes[pid]
+            self.cpu[pid] = max(self.cpu.get(pid, 0.0), cpu)
             self.peak[pid] = max(self.peak.get(pid, 0.0), peak_rss_mib(pid))
 
     def total_cpu(self) -> float:

@@ -133,19 +133,11 @@ class DeliveryCounter:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        # The store key of each topic partition, made once: "<topic>/<partition>".
         self._scopes: dict[str, dict[int, str]] = {}
 
     def count(self, record: Record) -> int:
         """The record's delivery count (-1 when the header cannot be read)."""
-        topic = record.topic
-        partition = record.partition
-        scopes = self._scopes.get(topic)
-        if scopes is None:
-            scopes = self._scopes[topic] = {}
-        scope = scopes.get(partition)
-        if scope is None:
-            scope = scopes[partition] = f"{topic}/{partition}"
+        scope = self._scope(record.topic, record.partition)
         highest = self._store.get(scope)
         offset = record.offset
         if highest is None or offset > highest:
@@ -158,8 +150,18 @@ class DeliveryCounter:
 
     def highest(self, topic: str, partition: int) -> int | None:
         """The highest offset started on a partition, if any."""
-        value = self._store.get(topic + "/" + str(partition))
+        value = self._store.get(self._scope(topic, partition))
         return None if value is None else int(value)
+
+    def _scope(self, topic: str, partition: int) -> str:
+        """The store key of a topic partition, "<topic>/<partition>", made once."""
+        scopes = self._scopes.get(topic)
+        if scopes is None:
+            scopes = self._scopes[topic] = {}
+        scope = scopes.get(partition)
+        if scope is None:
+            scope = scopes[partition] = f"{topic}/{partition}"
+        return scope
 
 
 @dataclass(slots=True)
