@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -19,6 +21,17 @@ class WorkerUnreachable(OnceflowError):
     """No worker answered at a web address (nothing listens there, or it did not answer)."""
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default verifying context, made once per process.
+
+    httpx builds a new one for every `httpx.request` (reading the whole CA bundle: about
+    17 ms of CPU), even for an http:// address; polling a worker's /ready every 50 ms paid
+    that on each poll (two thirds of the CPU of the tests that start workers).
+    """
+    return httpx.create_ssl_context()
+
+
 def http_json(url: str, *, method: str = "GET", headers: dict[str, str] | None = None,
               timeout: float = 5.0) -> tuple[int, Any]:
     """(status, decoded JSON body) of a request; the body is a string when not JSON.
@@ -27,7 +40,8 @@ def http_json(url: str, *, method: str = "GET", headers: dict[str, str] | None =
     connection refused, an unknown host, a timeout, a malformed address.
     """
     try:
-        response = httpx.request(method, url, headers=headers or {}, timeout=timeout)
+        response = httpx.request(method, url, headers=headers or {}, timeout=timeout,
+                                 verify=_tls_context())
     except httpx.InvalidURL as exc:
         raise WorkerUnreachable(f"{url!r} is not a web address ({exc}); give it as "
                                 "http://HOST:PORT") from None
