@@ -97,7 +97,11 @@ class TreeSampler:
         for pid in tree:
             if pid not in processes:
                 continue
-            _, cpu, self.command[pid] = processes[pid]
+            _, cpu, command = processes[pid]
+            if command:  # a process that has exited (a zombie) shows an empty one
+                self.command[pid] = command
+            else:
+                self.command.setdefault(pid, command)
             self.cpu[pid] = max(self.cpu.get(pid, 0.0), cpu)
             self.peak[pid] = max(self.peak.get(pid, 0.0), peak_rss_mib(pid))
 

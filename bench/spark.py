@@ -92,7 +92,11 @@ def main() -> None:
         tree.stop()
         spark_cpu_driver = cpu_seconds() - cpu
         spark_cpu = max(spark_cpu_driver, tree.total_cpu())
-        worker_peak = tree.peak_of("worker_daemon")
+        # The Python workers run `python -m onceflow.pipeline.worker_daemon`; the JVM's
+        # command line names that module too (spark.python.daemon.module), so the marker
+        # holds the "-m": with "worker_daemon" alone this line reported the JVM's RSS.
+        worker_peak = tree.peak_of("-m onceflow.pipeline.worker_daemon")
+        jvm_peak = tree.peak_of("java ")
         summary = orjson.loads((output / "summary.json").read_bytes())
         spark_job = summary["seconds"]
         spark_lines = b"".join(p.read_bytes() for p in
@@ -127,6 +131,7 @@ def main() -> None:
           f"command, {spark_cpu:.1f} s), {replay_us:.1f} us replay ({replay_cpu:.1f} s)")
     print(f"ratio of CPU spark/replay    {spark_us / replay_us:>12.2f} (target <= 2: "
           f"{'met' if spark_us <= 2 * replay_us else 'NOT met'})")
+    print(f"JVM peak RSS                 {jvm_peak:>12.0f} MiB")
     print(f"Python worker peak RSS       {worker_peak:>12.0f} MiB (the largest of onceflow's "
           f"Python workers; run with several --documents to see whether it grows)")
     print(f"results identical            {'yes' if identical else 'NO'} (journal multisets)")
