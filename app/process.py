@@ -23,7 +23,7 @@ class WorkerUnreachable(OnceflowError):
 
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
-    """httpx's default verifying context, made once per process.
+    """The default verifying context of httpx, made once per process.
 
     httpx builds a new one for every `httpx.request` (reading the whole CA bundle: about
     17 ms of CPU), even for an http:// address; polling a worker's /ready every 50 ms paid

@@ -95,19 +95,39 @@ class InputOffsets:
     reader has the line itself, it keeps the line's bytes instead of the decoded value and
     decodes it again for the rare redelivery without a value: a few hundred bytes less per
     record, and the values are freed once processed (a third less memory for a replay).
+
+    `only_wanted`: keep the values of the offsets given to `want` only.  A reader that
+    knows beforehand which offsets a later line redelivers without its value (the Spark
+    pipeline's read stage lists them) then keeps a handful of values instead of all.
     """
 
-    def __init__(self, keep_values: bool = True) -> None:
+    def __init__(self, keep_values: bool = True, only_wanted: bool = False) -> None:
         self.keep_values = keep_values
+        self.only_wanted = only_wanted
         self.lanes: dict[tuple[str, int], _Lane] = {}
+
+    def lane(self, topic: str, partition: int) -> _Lane:
+        """The topic partition's lane, made on first use."""
+        tp = (topic, partition)
+        lane = self.lanes.get(tp)
+        if lane is None:
+            lane = self.lanes[tp] = _Lane(set() if self.only_wanted else None)
+        return lane
+
+    def want(self, topic: str, partition: int, offsets: list[int]) -> None:
+        """Keep the values of these offsets (with only_wanted; all are kept otherwise)."""
+        wanted = self.lane(topic, partition).wanted
+        if wanted is not None:
+            wanted.update(offsets)
 
 
 class _Lane:
     """One topic partition's input so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, wanted: set[int] | None) -> None:
         self.top = -1
         self.values: dict[int, Any] = {}
+        self.wanted = wanted  # the offsets whose values are kept; None: every offset
 
 
 def read_records(path: Path, offsets: InputOffsets | None = None) -> Iterator[Record]:
@@ -157,10 +177,9 @@ def parse_record_line(item: dict[str, Any], offsets: InputOffsets, where: str = 
         partition = 0
     elif type(partition) is not int or partition < 0:
         raise ScenarioError(f"{_at(where)}'partition' must be a whole number >= 0")
-    tp = (topic, partition)
-    lane = offsets.lanes.get(tp)
+    lane = offsets.lanes.get((topic, partition))
     if lane is None:
-        lane = offsets.lanes[tp] = _Lane()
+        lane = offsets.lane(topic, partition)
     top = lane.top
     offset = item.get("offset")
     if offset is None:
@@ -196,7 +215,9 @@ def parse_record_line(item: dict[str, Any], offsets: InputOffsets, where: str = 
     else:
         raise ScenarioError(f"{_at(where)}a record needs 'value' or 'raw'")
     if offset > top and offsets.keep_values:
-        lane.values[offset] = value if line is None else line
+        wanted = lane.wanted
+        if wanted is None or offset in wanted:
+            lane.values[offset] = value if line is None else line
     return Record(topic, partition, offset, record_time(ts), value, key, headers)
 
 

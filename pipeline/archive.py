@@ -24,6 +24,9 @@ COMPRESSION_SUFFIXES = ("", ".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate"
 PARQUET_SUFFIXES = (".parquet", ".parq")
 PARQUET_COLUMNS = ("ts", "topic", "partition", "offset", "key", "headers", "value", "raw")
 RANK_SHIFT = 40
+# How many bytes of JSON lines a byte of a compressed or Parquet file holds, roughly (for
+# sizing tasks, never for results).
+COMPRESSED_RATIO = 4
 
 
 class ArchiveError(OnceflowError):
@@ -36,6 +39,17 @@ class Archive:
 
     root: str
     files: tuple[str, ...]
+    sizes: tuple[int, ...] = ()  # each file's length in bytes, when listed
+
+    def input_bytes(self) -> int | None:
+        """About how many bytes of JSON lines the archive holds (None: not known).
+
+        A compressed or Parquet file counts COMPRESSED_RATIO times its length.
+        """
+        if len(self.sizes) != len(self.files):
+            return None
+        return sum(size * (1 if _is_plain_json(name) else COMPRESSED_RATIO)
+                   for name, size in zip(self.files, self.sizes, strict=True))
 
     @property
     def json_files(self) -> list[str]:
@@ -83,6 +97,10 @@ def estimate_records(archive: Archive) -> int | None:
     return total
 
 
+def _is_plain_json(path: str) -> bool:
+    return path.lower().endswith(JSON_SUFFIXES)
+
+
 def _is_parquet(path: str) -> bool:
     return path.lower().endswith(PARQUET_SUFFIXES)
 
@@ -117,12 +135,13 @@ def list_archive(spark: Any, path: str) -> Archive:
         raise ArchiveError(f"{path}: no such file or folder")
     status = fs.getFileStatus(root)
     if status.isFile():
-        return Archive(path, (fs.makeQualified(root).toString(),))
+        return Archive(path, (fs.makeQualified(root).toString(),), (int(status.getLen()),))
     scenario_input = jvm.org.apache.hadoop.fs.Path(root, "input.jsonl")
     if fs.exists(jvm.org.apache.hadoop.fs.Path(root, "triggers.toml")) and fs.exists(
         scenario_input
     ):
-        return Archive(path, (fs.makeQualified(scenario_input).toString(),))
+        return Archive(path, (fs.makeQualified(scenario_input).toString(),),
+                       (int(fs.getFileStatus(scenario_input).getLen()),))
     found = []
     entries = fs.listFiles(root, True)
     while entries.hasNext():
@@ -132,13 +151,14 @@ def list_archive(spark: Any, path: str) -> Archive:
         if any(part.startswith((".", "_")) for part in relative.split("/") if part):
             continue
         if _is_record_file(file_path.getName()):
-            found.append(file_path.toString())
+            found.append((file_path.toString(), int(entry.getLen())))
     if not found:
         raise ArchiveError(
             f"{path}: no record files (expected *.jsonl, *.json, *.ndjson, optionally "
             f"compressed, or *.parquet)"
         )
-    return Archive(path, tuple(sorted(found)))
+    found.sort()
+    return Archive(path, tuple(f for f, _ in found), tuple(size for _, size in found))
 
 
 def direct_io(spark: Any) -> bool:

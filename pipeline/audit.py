@@ -32,7 +32,7 @@ from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.triggers import TriggerSet
 
 from .archive import Archive, read_records
-from .rows import MALFORMED, RECORDS, paused_gc
+from .rows import MALFORMED, RECORDS, WANTED, paused_gc, row_slices
 
 INPUT_SCHEMA = pa.schema([
     ("pos", pa.int64()), ("topic", pa.string()), ("partition", pa.int32()),
@@ -100,13 +100,14 @@ class AuditRecords:
             yield from self._run(batches)
 
     def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        offsets = InputOffsets()
-        for batch in batches:
+        offsets = InputOffsets(only_wanted=True)  # WANTED rows come first (sorted by kind)
+        for kinds, topics, partitions, datas in row_slices(batches, (0, 2, 3, 4)):
             rows: list[tuple[Any, ...]] = []
-            kinds = batch.column(0).to_pylist()
-            datas = batch.column(4).to_pylist()
-            for kind, data in zip(kinds, datas, strict=True):
-                if kind == MALFORMED:
+            for kind, topic, partition, data in zip(kinds, topics, partitions, datas,
+                                                    strict=True):
+                if kind == WANTED:
+                    offsets.want(topic, partition, marshal.loads(data))
+                elif kind == MALFORMED:
                     for pos, where, _, _ in marshal.loads(data):
                         rows.append((pos, None, None, None, None, None, None, [], where,
                                      None))
@@ -252,7 +253,7 @@ class Auditor:
         self.spark = spark
         self.step: Step = step or _no_step
         self.step("reading the archive", None)
-        partitions = partitions or default_partitions(spark)
+        partitions = partitions or default_partitions(spark, archive)
         self.inputs = keyed(input_records(spark, archive, triggers, partitions)).persist(
             StorageLevel.MEMORY_AND_DISK)
         row = self.inputs.agg(F.count("*"), F.min("ts"), F.max("ts")).first()

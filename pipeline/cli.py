@@ -170,7 +170,7 @@ def _run(spark: Any, args: argparse.Namespace, triggers: TriggerSet, base_dir: s
         from .plan import ReplayPlan, default_partitions
         from .replay import replay_to_files
 
-        partitions = args.partitions or default_partitions(spark)
+        partitions = args.partitions or default_partitions(spark, archive)
         plan = ReplayPlan(triggers, base_dir, seeds, partitions=partitions)
         summary = replay_to_files(spark, archive, plan, args.output,
                                   progress or Progress(spark, stream=io.StringIO()))

@@ -34,9 +34,11 @@ from .rows import (
     RECORDS,
     ROUTED_SCHEMA,
     SUMMARY,
+    WANTED,
     document_fields,
     final_fields,
     paused_gc,
+    row_slices,
 )
 
 
@@ -105,22 +107,23 @@ class _IngressTask:
         # which is crc32 of the concatenation.
         self.routes = {t.name: (i, zlib.crc32(key_prefix(t.name).encode("utf-8", "surrogatepass")))
                        for i, t in enumerate(triggers.triggers)}
-        self.offsets = InputOffsets()
+        self.offsets = InputOffsets(only_wanted=True)  # the read stage says which
         self.out = _RoutedOutput()
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Rows sorted by (kind, block): summaries, then blocks, then malformed lines."""
+        """Rows sorted by (kind, block): summaries, wanted offsets, blocks, malformed lines."""
         loads = marshal.loads
         summaries: list[tuple[int, float]] = []
         block: int | None = None
         entries: list[tuple[int, float, Any]] = []
-        for batch in batches:
-            kinds = batch.column(0).to_pylist()
-            blocks = batch.column(1).to_pylist()
-            datas = batch.column(4).to_pylist()
-            for kind, row_block, data in zip(kinds, blocks, datas, strict=True):
+        for kinds, blocks, topics, partitions, datas in row_slices(batches, (0, 1, 2, 3, 4)):
+            for kind, row_block, topic, partition, data in zip(
+                    kinds, blocks, topics, partitions, datas, strict=True):
                 if kind == SUMMARY:
                     summaries.append((row_block, loads(data)))
+                    continue
+                if kind == WANTED:  # sorted before every RECORDS row of the task
+                    self.offsets.want(topic, partition, loads(data))
                     continue
                 if summaries:
                     self._replicate(summaries)

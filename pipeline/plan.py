@@ -39,9 +39,23 @@ class ReplayPlan:
     answers: Record | None = None
 
 
-def default_partitions(spark: Any) -> int:
-    """Tasks per stateful stage: a few per core, so uneven partitions even out."""
-    return max(2, 2 * int(spark.sparkContext.defaultParallelism))
+# Bytes of JSON lines per task of a stateful stage, at most (about 300,000 records): a
+# task of the trigger stage keeps the history and open joins of its groups, so tasks of
+# a bounded input keep a Python worker's memory from growing with the archive.
+TASK_BYTES = 32 << 20
+
+
+def default_partitions(spark: Any, archive: Archive | None = None) -> int:
+    """Tasks per stateful stage: a few per core, and none over TASK_BYTES of input.
+
+    A few per core, so uneven partitions even out; more for a large archive (when its size
+    is known), so that no task holds more than TASK_BYTES of it.
+    """
+    least = max(2, 2 * int(spark.sparkContext.defaultParallelism))
+    size = archive.input_bytes() if archive is not None else None
+    if not size:
+        return least
+    return max(least, -(-size // TASK_BYTES))
 
 
 def make_slots(partitions: int, per_partition: int = 16) -> Slots:
@@ -88,7 +102,7 @@ def build(spark: Any, archive: Archive, plan: ReplayPlan, results_dir: str | Non
     With `results_dir` (a local folder, local master), the trigger stage writes the results
     there and the DataFrame holds the tasks' manifests (MANIFEST_SCHEMA) instead.
     """
-    partitions = plan.partitions or default_partitions(spark)
+    partitions = plan.partitions or default_partitions(spark, archive)
     slots = make_slots(partitions)
     records = read_records(spark, archive)
     routed = (records.repartition(partitions, "topic", "partition")

@@ -23,18 +23,20 @@ from onceflow.errors import ScenarioError
 from onceflow.scenario import InputOffsets, parse_record_line
 
 from .archive import RANK_SHIFT, ArchiveError, normalize_path
-from .rows import MALFORMED, READ_SCHEMA, RECORDS, SUMMARY, paused_gc
+from .rows import MALFORMED, READ_SCHEMA, RECORDS, SUMMARY, WANTED, paused_gc
 
 
 class _Blocks:
     """The read stage's output: per block, one row for each topic-partition in it."""
 
-    __slots__ = ("columns", "groups", "malformed", "block")
+    __slots__ = ("columns", "groups", "malformed", "wanted", "block")
 
     def __init__(self) -> None:
         self.columns: tuple[list[Any], ...] = ([], [], [], [], [])
         self.groups: dict[tuple[str, int], list[tuple[int, float, Any]]] = {}
         self.malformed: list[tuple[int, str, str, str]] = []
+        # Offsets that a line of this block redelivers without its value, per partition.
+        self.wanted: dict[tuple[str, int], list[int]] = {}
         self.block: int | None = None
 
     def _row(self, kind: int, block: int, topic: str | None, partition: int | None,
@@ -52,8 +54,11 @@ class _Blocks:
             self._row(RECORDS, block, topic, partition, marshal.dumps(entries))
         if self.malformed:
             self._row(MALFORMED, block, None, None, marshal.dumps(self.malformed))
+        for (topic, partition), offsets in self.wanted.items():
+            self._row(WANTED, block, topic, partition, marshal.dumps(offsets))
         self.groups = {}
         self.malformed = []
+        self.wanted = {}
         self.block = None
 
     def summary(self, first: int, newest: float) -> None:
@@ -173,6 +178,12 @@ def _add(item: dict[str, Any], ts: Any, topic: Any, partition: int, pos: int,
     if group is None:
         group = out.groups[(topic, partition)] = []
     group.append((pos, float(splits.high), item))
+    if "value" not in item and "raw" not in item:
+        # A redelivery that leaves its value out: the stages after this one keep the
+        # value of that offset (and no other), since the line that had it comes earlier.
+        offset = item.get("offset")
+        if type(offset) is int:
+            out.wanted.setdefault((topic, partition), []).append(offset)
 
 
 class ReadLines:

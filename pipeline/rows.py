@@ -36,11 +36,14 @@ from onceflow.processor import Output
 
 # Row kinds, in the order a stage wants to see them (summaries before records).
 SUMMARY = 0
-RECORDS = 1
-MALFORMED = 2
+WANTED = 1
+RECORDS = 2
+MALFORMED = 3
 
 # read -> ingress (shuffled by topic, partition).  data: SUMMARY marshal(newest time),
-# RECORDS marshal([(pos, w, parsed line)]), MALFORMED marshal([(pos, where, why, text)]).
+# WANTED marshal([offset]): offsets of the row's topic-partition that a line redelivers
+# without its value (the stage keeps those values only), RECORDS marshal([(pos, w, parsed
+# line)]), MALFORMED marshal([(pos, where, why, text)]).
 READ_SCHEMA = pa.schema([
     ("kind", pa.int8()),
     ("block", pa.int64()),
@@ -101,6 +104,23 @@ def paused_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+# Rows of an incoming Arrow batch turned into Python values at a time.  A row of the
+# stages' schemas is a marshalled block of records (up to thousands), and Spark sends up
+# to spark.sql.execution.arrow.maxRecordsPerBatch (10,000) rows in a batch: often a
+# task's whole input.  Slices keep the decoded values, and what the stage makes of them
+# before it yields, to a few blocks.
+SLICE_ROWS = 16
+
+
+def row_slices(batches: Iterator[pa.RecordBatch], columns: tuple[int, ...]
+               ) -> Iterator[list[list[Any]]]:
+    """The given columns of every batch, SLICE_ROWS rows at a time, as Python lists."""
+    for batch in batches:
+        for start in range(0, batch.num_rows, SLICE_ROWS):
+            part = batch.slice(start, SLICE_ROWS)
+            yield [part.column(i).to_pylist() for i in columns]
 
 
 def document_fields(doc: Document) -> tuple[Any, ...]:

@@ -35,7 +35,7 @@ from onceflow.triggers import TriggerSet
 
 from .call_record import CallBook, Record
 from .local_output import write_results
-from .rows import SUMMARY, ResultBuilder, final_of, paused_gc
+from .rows import SUMMARY, ResultBuilder, final_of, paused_gc, row_slices
 
 BATCH_ROWS = 10_000
 NO_CUTOFF = float("inf")
@@ -112,10 +112,7 @@ class TriggerStage:
         loads = marshal.loads
         block: int | None = None
         entries: list[tuple[int, int, float | None, Any]] = []
-        for batch in batches:
-            kinds = batch.column(0).to_pylist()
-            blocks = batch.column(2).to_pylist()
-            datas = batch.column(3).to_pylist()
+        for kinds, blocks, datas in row_slices(batches, (0, 2, 3)):
             for kind, row_block, data in zip(kinds, blocks, datas, strict=True):
                 if kind == SUMMARY:
                     task.times.add(loads(data))

@@ -249,3 +249,12 @@ def test_a_redelivery_line_without_a_value_takes_the_first_lines_value(tmp_path:
     # An offset never seen before still needs a value.
     with pytest.raises(Exception, match="needs 'value' or 'raw'"):
         parse_record_line({"ts": 7, "topic": "t", "offset": 5}, offsets)
+    # Told which offsets will be wanted (the Spark stages), only those values are kept.
+    offsets = InputOffsets(only_wanted=True)
+    offsets.want("t", 1, [7])
+    parsed = [parse_record_line(line, offsets) for line in lines[:3]]
+    assert offsets.lanes[("t", 0)].values == {} and offsets.lanes[("t", 1)].values == {
+        7: "seven"}
+    assert parse_record_line(lines[5], offsets).value == "seven"
+    with pytest.raises(Exception, match="needs 'value' or 'raw'"):
+        parse_record_line(lines[3], offsets)

@@ -79,6 +79,60 @@ def test_a_folder_of_json_lines_gzip_and_parquet_files_is_read_in_path_order(
     assert got == expected, f"missing: {expected - got}\nunexpected: {got - expected}"
 
 
+def test_redeliveries_without_their_value_across_files_take_the_first_lines_value(
+    spark: Any, tmp_path: Path
+) -> None:
+    # The read stage lists the offsets a later line redelivers without its value; the
+    # ingress and audit stages keep those values only.  A redelivery in another file (and
+    # another format) than its first delivery still finds it.
+    from onceflow.app.replay import write_journal
+    from onceflow.pipeline.audit import run_audit
+
+    (tmp_path / "triggers.toml").write_text(TRIGGERS)
+    first = [
+        b'{"ts": 1, "topic": "invoice", "offset": 0, "value": {"uuid": "i-1"}}',
+        b'{"ts": 2, "topic": "order", "offset": 0, "value": {"uuid": "o-1", "activation": "c"}}',
+        b'{"ts": 3, "topic": "invoice", "offset": 1, "raw": "{not json"}',
+        b'{"ts": 4, "topic": "invoice", "partition": 1, "offset": 9, "value": {"uuid": "i-2"}}',
+    ]
+    later = [  # Parquet: the coordinates only
+        {"ts": 5.0, "topic": "invoice", "partition": 0, "offset": 0},
+        {"ts": 6.0, "topic": "invoice", "partition": 1, "offset": 9},
+    ]
+    last = [
+        b'{"ts": 8, "topic": "order", "offset": 0}',
+        b'{"ts": 9, "topic": "invoice", "offset": 1, "headers": {"delivery-count": "2"}}',
+        b'{"ts": 10, "topic": "payment", "value": {"uuid": "p-1", "activation": "c"}}',
+    ]
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / "a-0.jsonl").write_bytes(b"\n".join(first) + b"\n")
+    pq.write_table(pa.table({
+        "ts": pa.array([r["ts"] for r in later], pa.float64()),
+        "topic": [r["topic"] for r in later],
+        "partition": pa.array([r["partition"] for r in later], pa.int32()),
+        "offset": pa.array([r["offset"] for r in later], pa.int64()),
+        "value": pa.array([None] * len(later), pa.string()),
+    }), archive / "a-1.parquet")
+    with gzip.open(archive / "a-2.jsonl.gz", "wb") as handle:
+        handle.write(b"\n".join(last) + b"\n")
+    lines = first + [orjson.dumps(r) for r in later] + last
+    expected = expected_journal(tmp_path, lines)
+    table, got = run(spark, tmp_path, archive)
+    assert got == expected, f"missing: {expected - got}\nunexpected: {got - expected}"
+    outcomes = Counter((k[0], k[1]) for k in got.elements())
+    assert outcomes[("billing", "duplicate")] == 2  # i-1 and i-2 again, values found
+    assert outcomes[(None, "bad-input")] == 2  # "{not json", and again without its text
+    assert ("fulfil", "processed") in outcomes  # o-1's redelivery did not break the join
+    journal, _, _ = replay_scenario(load_scenario(tmp_path / "as-scenario"))
+    journal_path = tmp_path / "journal.jsonl"
+    with journal_path.open("wb") as handle:
+        write_journal(journal, handle)
+    result = run_audit(spark, list_archive(spark, str(archive)), str(journal_path),
+                       load_triggers(tmp_path / "triggers.toml"), partitions=2)
+    assert result.passed, [v.message for v in result.violations]
+
+
 def test_lines_that_are_not_records_are_reported_and_the_rest_is_processed(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -59,3 +59,22 @@ def test_local_splits_give_every_line_once(tmp_path: Path, monkeypatch: pytest.M
                                                     min(start + size, len(data)))
                for line in block]
         assert got == lines, size
+
+
+def test_tasks_grow_with_the_archive_so_that_none_holds_more_than_a_bounded_part(
+        spark: Any, tmp_path: Path) -> None:
+    # A task of the trigger stage keeps the state of its groups: the number of tasks
+    # follows the archive's size, so a Python worker's memory does not grow with it.
+    from onceflow.pipeline.archive import COMPRESSED_RATIO, list_archive
+    from onceflow.pipeline.plan import TASK_BYTES, default_partitions
+
+    least = 2 * spark.sparkContext.defaultParallelism
+    (tmp_path / "a.jsonl").write_bytes(b"x" * 100)
+    small = list_archive(spark, str(tmp_path))
+    assert small.sizes == (100,) and default_partitions(spark, small) == least
+    with (tmp_path / "b.jsonl.gz").open("wb") as handle:
+        handle.truncate(TASK_BYTES * least)  # sparse: the length is what counts
+    big = list_archive(spark, str(tmp_path))
+    assert big.input_bytes() == 100 + TASK_BYTES * least * COMPRESSED_RATIO
+    assert default_partitions(spark, big) == least * COMPRESSED_RATIO + 1
+    assert default_partitions(spark) == least
