@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml setup.py $(wildcard core/*.py)
 demo: $(STAMP)
 	$(BIN)/python -m onceflow.app.demo
 
-# Three processes on two cores: the integration tests wait on the broker and on consumer
-# groups much of the time.  Serially (TEST_PROCESSES=0) every test still passes.
-TEST_PROCESSES ?= 3
+# Four processes on two cores: the integration tests wait on the broker and on consumer
+# groups much of the time (a run uses about 1.2 cores).  Serially (TEST_PROCESSES=0) every
+# test still passes.
+TEST_PROCESSES ?= 4
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadscope
