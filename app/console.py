@@ -33,7 +33,7 @@ from onceflow.agents.health import readiness
 from onceflow.durations import format_duration
 from onceflow.journal import ERROR, IN_DOUBT
 
-from .kafka import read_topic
+from .kafka import read_tail
 from .settings import WorkerSettings
 
 log = logging.getLogger("onceflow.web")
@@ -48,7 +48,11 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 MAX_JOINS = 200  # open joins listed per worker
-MAX_DOCUMENTS = 100  # in-doubt or error documents listed per request
+MAX_DOCUMENTS = 100  # in-doubt or error documents listed per request (the newest)
+# Reads of those topics at once; more requests wait their turn (each reads the topics'
+# tails only, for at most DOCUMENTS_TIMEOUT seconds, with a consumer of its own).
+DOCUMENT_READS = 2
+DOCUMENTS_TIMEOUT = 5.0
 DURATIONS = ("join_timeout", "history_ttl", "retry_interval", "history_sweep_interval")
 PEER_TIMEOUT = 10.0
 
@@ -144,6 +148,7 @@ def add_console(app: OnceflowApp, settings: WorkerSettings,
     """Register the console's page, its files and its JSON views."""
     runtime = app.runtime
     by_name = {trigger.name: trigger for trigger in runtime.triggers.triggers}
+    document_reads = asyncio.Semaphore(DOCUMENT_READS)
 
     async def nosniff(request: Any, response: Any) -> None:
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
@@ -216,13 +221,15 @@ def add_console(app: OnceflowApp, settings: WorkerSettings,
         topic = definition.in_doubt if outcome == IN_DOUBT else definition.error
         real = runtime.names.topic(topic)
         try:
-            found = await read_topic(settings.cluster, real, timeout=5.0)
+            async with document_reads:
+                found = await read_tail(settings.cluster, real, MAX_DOCUMENTS,
+                                        timeout=DOCUMENTS_TIMEOUT)
         except Exception as exc:  # the broker's failure: say so, the worker goes on
             log.info("reading %s failed: %r", real, exc)
             return web.json({"error": f"{real} cannot be read right now: {exc}"}, status=503,
                             headers={"Retry-After": "5"})
         items = []
-        for record in found[-MAX_DOCUMENTS:]:
+        for record in found:
             headers = {}
             for name, value in record.headers or ():
                 headers[name] = value.decode("utf-8", "replace")

@@ -1,4 +1,4 @@
-"""Talking to the broker from the commands: producing, reading a topic to its end.
+"""Talking to the broker from the commands: producing, reading a topic to its end or its tail.
 
 Every client here connects as security.py says (a `Cluster`; a plain "host:port" string
 is an open PLAINTEXT broker, as in the tests), and one that cannot connect stops the
@@ -12,6 +12,7 @@ docs/operations.md), while the Fetch high watermark is right on every broker.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from typing import Any
 
@@ -46,6 +47,51 @@ async def read_topic(where: Cluster | str, topic: str, *, timeout: float = 30.0
                 if highwater is not None and await consumer.position(tp) >= highwater:
                     waiting.discard(tp)
         return records
+    finally:
+        await consumer.stop()
+
+
+async def read_tail(where: Cluster | str, topic: str, last: int, *, timeout: float = 5.0
+                    ) -> list[Any]:
+    """The newest `last` records of a topic, oldest first; no more are ever kept.
+
+    Newest by record time, then partition and offset.  Each partition is read from `last`
+    records before its end to its end (the Fetch high watermark), so the work and the memory
+    do not grow with the topic.  Where ListOffsets(latest) answers short of the end (the
+    embedded broker), the read only starts a little earlier.
+    """
+    cluster = as_cluster(where)
+    consumer = await started(AIOKafkaConsumer(
+        enable_auto_commit=False, fetch_max_wait_ms=50, max_partition_fetch_bytes=1 << 20,
+        **cluster.client_kwargs()), cluster)
+    try:
+        partitions = await _partitions(consumer, topic)
+        if not partitions or last <= 0:
+            return []
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        starts = await consumer.beginning_offsets(tps)
+        ends = await consumer.end_offsets(tps)
+        for tp in tps:
+            consumer.seek(tp, max(starts[tp], ends[tp] - last))
+        # A min-heap of the newest records so far: (time, partition, offset, record).
+        newest: list[tuple[int, int, int, Any]] = []
+        deadline = time.monotonic() + timeout
+        waiting = set(tps)
+        while waiting and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=100, max_records=1000)
+            for items in batch.values():
+                for record in items:
+                    entry = (record.timestamp, record.partition, record.offset, record)
+                    if len(newest) < last:
+                        heapq.heappush(newest, entry)
+                    elif entry[:3] > newest[0][:3]:
+                        heapq.heapreplace(newest, entry)
+            for tp in list(waiting):
+                highwater = consumer.highwater(tp)
+                if highwater is not None and await consumer.position(tp) >= highwater:
+                    waiting.discard(tp)
+        return [entry[3] for entry in sorted(newest, key=lambda entry: entry[:3])]
     finally:
         await consumer.stop()
 
