@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -36,16 +37,7 @@ async def read_topic(where: Cluster | str, topic: str, *, timeout: float = 30.0
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         records: list[Any] = []
-        deadline = time.monotonic() + timeout
-        waiting = set(tps)
-        while waiting and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=100, max_records=10000)
-            for items in batch.values():
-                records.extend(items)
-            for tp in list(waiting):
-                highwater = consumer.highwater(tp)
-                if highwater is not None and await consumer.position(tp) >= highwater:
-                    waiting.discard(tp)
+        await _read_to_end(consumer, tps, timeout, records.extend)
         return records
     finally:
         await consumer.stop()
@@ -76,24 +68,38 @@ async def read_tail(where: Cluster | str, topic: str, last: int, *, timeout: flo
             consumer.seek(tp, max(starts[tp], ends[tp] - last))
         # A min-heap of the newest records so far: (time, partition, offset, record).
         newest: list[tuple[int, int, int, Any]] = []
-        deadline = time.monotonic() + timeout
-        waiting = set(tps)
-        while waiting and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=100, max_records=1000)
-            for items in batch.values():
-                for record in items:
-                    entry = (record.timestamp, record.partition, record.offset, record)
-                    if len(newest) < last:
-                        heapq.heappush(newest, entry)
-                    elif entry[:3] > newest[0][:3]:
-                        heapq.heapreplace(newest, entry)
-            for tp in list(waiting):
-                highwater = consumer.highwater(tp)
-                if highwater is not None and await consumer.position(tp) >= highwater:
-                    waiting.discard(tp)
+
+        def keep(records: list[Any]) -> None:
+            for record in records:
+                entry = (record.timestamp, record.partition, record.offset, record)
+                if len(newest) < last:
+                    heapq.heappush(newest, entry)
+                elif entry[:3] > newest[0][:3]:
+                    heapq.heapreplace(newest, entry)
+
+        await _read_to_end(consumer, tps, timeout, keep)
         return [entry[3] for entry in sorted(newest, key=lambda entry: entry[:3])]
     finally:
         await consumer.stop()
+
+
+async def _read_to_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition], timeout: float,
+                       take: Callable[[list[Any]], None]) -> None:
+    """Hand `take` the records of each partition from its position to its end, in fetches.
+
+    The end is the high watermark of the Fetch responses (see the module's docstring);
+    after `timeout` seconds the read stops with what it has.
+    """
+    deadline = time.monotonic() + timeout
+    waiting = set(tps)
+    while waiting and time.monotonic() < deadline:
+        batch = await consumer.getmany(timeout_ms=100, max_records=10000)
+        for records in batch.values():
+            take(records)
+        for tp in list(waiting):
+            highwater = consumer.highwater(tp)
+            if highwater is not None and await consumer.position(tp) >= highwater:
+                waiting.discard(tp)
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str, timeout: float = 1.0
