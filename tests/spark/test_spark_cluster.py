@@ -22,6 +22,12 @@ from .support import five, multiset
 
 pytestmark = pytest.mark.spark
 
+# The JVMs of this short run (master, worker, executor) compile with C1 only and collect
+# with one thread, as onceflow's local runs do (pipeline/session.py): C2 and parallel GC
+# threads cost more CPU than they save in a run this short.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -49,6 +55,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A master and one worker (2 cores, 1 GB), bound to 127.0.0.1 on free ports."""
     folder = tmp_path_factory.mktemp("cluster")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m",
+           "SPARK_DAEMON_JAVA_OPTS": JVM_OPTIONS,
            "SPARK_WORKER_DIR": str(folder / "work"), "SPARK_NO_DAEMONIZE": "1"}
     port, ui = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
@@ -117,7 +124,8 @@ finally:
 def test_replay_and_audit_on_a_standalone_cluster(cluster: str, archive: Path,
                                                   tmp_path: Path) -> None:
     output = tmp_path / "out"
-    conf = [f"spark.master={cluster}", "spark.executor.memory=512m", "spark.cores.max=2"]
+    conf = [f"spark.master={cluster}", "spark.executor.memory=512m", "spark.cores.max=2",
+            f"spark.executor.extraJavaOptions={JVM_OPTIONS}"]
     replay = ["--triggers", str(archive / "triggers.toml"), "--input",
               str(archive / "input.jsonl"), "--output", str(output)]
     audit = ["--input", str(archive), "--journal", str(output), "--report",
