@@ -52,13 +52,15 @@ async def read_tail(where: Cluster | str, topic: str, last: int, *, timeout: flo
     do not grow with the topic.  Where ListOffsets(latest) answers short of the end (the
     embedded broker), the read only starts a little earlier.
     """
+    if last <= 0:
+        return []
     cluster = as_cluster(where)
     consumer = await started(AIOKafkaConsumer(
         enable_auto_commit=False, fetch_max_wait_ms=50, max_partition_fetch_bytes=1 << 20,
         **cluster.client_kwargs()), cluster)
     try:
         partitions = await _partitions(consumer, topic)
-        if not partitions or last <= 0:
+        if not partitions:
             return []
         tps = [TopicPartition(topic, p) for p in partitions]
         consumer.assign(tps)

@@ -44,7 +44,8 @@ async def fill(bootstrap: str, topic: str, per_partition: list[int]) -> list[tup
 def test_the_tail_is_the_newest_records_across_partitions_oldest_first(
         broker: EmbeddedBroker) -> None:
     topic = f"tail-{uuid.uuid4().hex[:8]}"
-    # Partition 2 gets its records last, so the last ones fetched are not the newest.
+    # Partition 2's few records are among the oldest: the newest 100 are on partitions 0
+    # and 1, interleaved, and the order records are fetched in is not their time order.
     sent = asyncio.run(fill(broker.bootstrap, topic, [150, 150, 40]))
     tail = asyncio.run(read_tail(broker.bootstrap, topic, 100))
     assert [(r.timestamp, r.partition) for r in tail] == sorted(sent)[-100:]
