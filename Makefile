@@ -6,8 +6,9 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-fast lint typecheck bench clean
 
-# setup.py compiles core/ with mypyc: an edited core source means a new build.
-$(STAMP): pyproject.toml setup.py $(wildcard core/*.py)
+# setup.py compiles core/ and the worker's per-record modules (tables/, agents/) with mypyc:
+# an edited source there means a new build.
+$(STAMP): pyproject.toml setup.py $(wildcard core/*.py tables/*.py agents/*.py)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
@@ -37,4 +38,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/replay.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache core/*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache core/*.so tables/*.so agents/*.so

@@ -28,14 +28,29 @@ COMPILED = [
     "journal", "keys", "partition", "pickling", "processor", "running", "scenario", "scripted",
     "store", "tomltext", "triggers",
 ]
+# The worker's per-record path outside the core: buffered table state, the outbox and its
+# sender, the route wire format, record limits and sub-batches.  Plain typed Python too,
+# compiled for the same reason (bench/partition.py measures the worker's path against the
+# core's).  Packages other than the core stay interpreted where they subclass or patch
+# Faust and aiokafka classes.
+COMPILED_WORKER = {
+    "tables": ["state", "outbox"],
+    "agents": ["wire", "limits", "batch", "clock"],
+}
+# Modules the compiled ones import that stay interpreted (mypyc must still read them).
+READ_ONLY_WORKER = {
+    "tables": ["__init__", "partition"],
+    "agents": ["__init__", "signing"],
+}
 
 
 def compiled_core() -> list:
     # Old extensions go first, by unlinking: a process still running them keeps its
     # mapping (overwriting a loaded .so in place can crash it), and a pure install must
     # not leave compiled modules shadowing the sources.
-    for old in (HERE / "core").glob("*.so"):
-        old.unlink()
+    for folder in ("core", *COMPILED_WORKER):
+        for old in (HERE / folder).glob("*.so"):
+            old.unlink()
     if os.environ.get("ONCEFLOW_PURE_PYTHON", "") not in ("", "0"):
         return []
     from mypyc.build import mypycify
@@ -46,13 +61,21 @@ def compiled_core() -> list:
     stage.mkdir(parents=True)
     for source in (HERE / "core").glob("*.py"):
         shutil.copy2(source, stage / source.name)
+    worker_paths = []
+    for package in COMPILED_WORKER:
+        (stage / package).mkdir()
+        for name in COMPILED_WORKER[package] + READ_ONLY_WORKER[package]:
+            shutil.copy2(HERE / package / f"{name}.py", stage / package / f"{name}.py")
+        worker_paths += [f"onceflow/{package}/{name}.py" for name in COMPILED_WORKER[package]]
+    readonly = [f"onceflow/{package}/{name}.py" for package, names in READ_ONLY_WORKER.items()
+                for name in names]
     previous = Path.cwd()
     os.chdir(stage.parent)  # mypyc's module names come from the paths it is given
     try:
         return mypycify(
             [f"onceflow/{name}.py" for name in COMPILED]
-            + ["onceflow/__init__.py", "onceflow/errors.py"],
-            only_compile_paths=[f"onceflow/{name}.py" for name in COMPILED],
+            + ["onceflow/__init__.py", "onceflow/errors.py"] + worker_paths + readonly,
+            only_compile_paths=[f"onceflow/{name}.py" for name in COMPILED] + worker_paths,
             group_name="onceflow._core",
             target_dir=str(stage.parent / "c"),
         )

@@ -27,8 +27,6 @@ from onceflow.running import SUSPEND, ServiceResult, run_service_async
 from onceflow.tables.state import UndoLog
 from onceflow.triggers import ON_FAILURE_SUSPEND
 
-from .metrics import Metrics
-
 
 @dataclass(slots=True, eq=False)
 class Take:
@@ -104,9 +102,12 @@ async def run_services(
     takes: list[Take],
     slots: asyncio.Semaphore,
     sleep: Callable[[float], Awaitable[None]],
-    metrics: Metrics,
+    observe: Callable[[str, float], None],
 ) -> None:
-    """Run every take's service concurrently; chains for triggers that may suspend."""
+    """Run every take's service concurrently; chains for triggers that may suspend.
+
+    `observe(trigger, seconds)` is told how long each service call took.
+    """
     async def run_one(take: Take) -> None:
         run = take.run
         assert run is not None
@@ -116,7 +117,7 @@ async def run_services(
             take.result = await run_service_async(
                 trigger, take.processor.service, run.payload, run.context(trigger.name),
                 sleep=sleep)
-            metrics.observe_service(trigger.name, time.monotonic() - started)
+            observe(trigger.name, time.monotonic() - started)
 
     async def run_chain(chain: list[Take]) -> None:
         for take in chain:
@@ -127,7 +128,7 @@ async def run_services(
 
     async def finish_later(take: Take, coroutine: Any, waiting: Any, started: float) -> None:
         take.result = await resume(coroutine, waiting)
-        metrics.observe_service(take.processor.trigger.name, time.monotonic() - started)
+        observe(take.processor.trigger.name, time.monotonic() - started)
 
     singles: list[Take] = []
     chains: dict[str, list[Take]] = {}
@@ -150,7 +151,7 @@ async def run_services(
             done, value = start(coroutine)
             if done:
                 take.result = value
-                metrics.observe_service(trigger.name, time.monotonic() - started)
+                observe(trigger.name, time.monotonic() - started)
             else:
                 later.append(finish_later(take, coroutine, value, started))
     if singles or chains or later:

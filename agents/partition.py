@@ -539,7 +539,8 @@ class PartitionWorker(ControlMixin):
             # runs.  Join changes wait for the completed entries: after a crash in between,
             # the join is still open and a redelivered document can complete it again.
             await flush_state(rt.sender, self.before_runs)
-            await run_services(batch.takes, rt.slots, rt.retry_sleep, rt.metrics)
+            await run_services(batch.takes, rt.slots, rt.retry_sleep,
+                               rt.metrics.observe_service)
 
             def hold(take: Take, docs: list[Document]) -> None:
                 self.hold(take.processor, docs)

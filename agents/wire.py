@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 from onceflow.engine import DEAD_LETTER_TOPIC
-from onceflow.envelope import Document, json_kind
+from onceflow.envelope import Document, Timestamp, json_kind
 from onceflow.journal import JournalRecord
 from onceflow.keys import kafka_partition
 from onceflow.processor import Output
@@ -222,11 +222,11 @@ class Delivery:
     topic: str
     partition: int
     offset: int
-    ts: float
+    ts: Timestamp | None  # seconds; None only on the in-memory broker (no record time)
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
-    handle: Any = None  # what acknowledges it (a Faust message), if anything
+    handle: Any = None  # its topic-partition, under which the transport acknowledges it
 
 
 def header_dict(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:

@@ -12,10 +12,7 @@ import asyncio
 import itertools
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
-
-from onceflow.keys import kafka_partition
 
 TopicPartition = tuple[str, int]
 
@@ -151,52 +148,3 @@ class KafkaSender:
         if size > limit:
             raise ValueError(f"a record for {topic} is about {size} bytes, more than the "
                              f"broker takes (ONCEFLOW_MAX_RECORD_BYTES = {limit})")
-
-
-@dataclass(slots=True)
-class StoredRecord:
-    """A record as the memory broker keeps it."""
-
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]]
-    timestamp_ms: int | None
-
-
-class MemoryBroker:
-    """Topics in memory: the sender of agent tests and the in-process cluster."""
-
-    def __init__(self, partitions: int = 4) -> None:
-        self.default_partitions = partitions
-        self.topics: dict[str, list[list[StoredRecord]]] = {}
-
-    def log(self, topic: str, partition: int) -> list[StoredRecord]:
-        """One partition's records (creating the topic when new)."""
-        logs = self.topics.get(topic)
-        if logs is None:
-            logs = self.topics[topic] = [[] for _ in range(self.default_partitions)]
-        return logs[partition]
-
-    def records(self, topic: str) -> list[StoredRecord]:
-        """Every record of a topic, partition by partition."""
-        return [r for log in self.topics.get(topic, []) for r in log]
-
-    def append(self, topic: str, partition: int | None, record: OutRecord) -> tuple[int, int]:
-        """Store one record; (partition, offset)."""
-        if partition is None:
-            partition = (kafka_partition(record.key, self.default_partitions)
-                         if record.key is not None else 0)
-        log = self.log(topic, partition)
-        log.append(StoredRecord(len(log), record.key, record.value, list(record.headers),
-                                record.timestamp_ms))
-        return partition, len(log) - 1
-
-    async def send(self, outbox: Outbox) -> dict[TopicPartition, int]:
-        """Store everything at once."""
-        last: dict[TopicPartition, int] = {}
-        for (topic, partition), records in outbox.records.items():
-            for record in records:
-                chosen, offset = self.append(topic, partition, record)
-                last[(topic, chosen)] = offset
-        return last

@@ -80,7 +80,9 @@ class UndoLog:
 
     def roll_back(self) -> None:
         """Put every overwritten value back, newest first."""
-        for buffer, key, old in reversed(self.entries):
+        entries = self.entries
+        for index in range(len(entries) - 1, -1, -1):
+            buffer, key, old = entries[index]
             buffer.writes[key] = None if old is _ABSENT else old
         self.entries.clear()
 

@@ -7,23 +7,30 @@ from typing import Any
 
 import pytest
 
-CORE = Path(__file__).resolve().parents[1] / "core"
+ROOT = Path(__file__).resolve().parents[1]
+# The folders setup.py compiles (all of core/, and the worker modules it lists).
+COMPILED_FOLDERS = ("core", "tables", "agents")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Refuse to test a compiled core older than its sources.
+    """Refuse to test compiled modules older than their sources.
 
-    setup.py compiles core/ with mypyc and the extension modules shadow the .py files: a
-    source edited since would not be what runs.
+    setup.py compiles core/ and the worker's per-record modules with mypyc and the
+    extension modules shadow the .py files: a source edited since would not be what runs.
     """
-    compiled = list(CORE.glob("*.so"))
+    compiled = [path for folder in COMPILED_FOLDERS for path in (ROOT / folder).glob("*.so")]
     if not compiled:
         return  # a pure-Python install (ONCEFLOW_PURE_PYTHON=1)
     built = max(path.stat().st_mtime for path in compiled)  # the newest holds all the code
-    changed = sorted(path.name for path in CORE.glob("*.py") if path.stat().st_mtime > built)
+    # Every core source counts (the core is compiled whole); elsewhere a module's source.
+    sources = list((ROOT / "core").glob("*.py")) + [
+        path.with_name(path.name.split(".")[0] + ".py") for path in compiled
+        if path.parent.name != "core"]
+    changed = sorted(f"{path.parent.name}/{path.name}" for path in sources
+                     if path.stat().st_mtime > built)
     if changed:
-        pytest.exit(f"core/{', core/'.join(changed)} changed after the core was compiled: "
-                    f"run `make test` (it recompiles) or `.venv/bin/pip install -e .`",
+        pytest.exit(f"{', '.join(changed)} changed after the modules were compiled: run "
+                    f"`make test` (it recompiles) or `.venv/bin/pip install -e .`",
                     returncode=2)
 
 

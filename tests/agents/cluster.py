@@ -14,7 +14,8 @@ from onceflow.agents.context import TABLES, StateTable, WorkerOptions
 from onceflow.agents.runtime import Runtime
 from onceflow.agents.wire import Delivery
 from onceflow.engine import load_callees
-from onceflow.tables.outbox import MemoryBroker, OutRecord
+from onceflow.tables.memory import MemoryBroker
+from onceflow.tables.outbox import OutRecord
 from onceflow.tables.partition import DictPartition
 from onceflow.triggers import TriggerSet
 

@@ -14,7 +14,8 @@ import orjson
 import pytest
 from onceflow.agents import outputs, wire
 from onceflow.agents.topics import KafkaTopicMaker, illegal_topic_name
-from onceflow.tables.outbox import MemoryBroker, Outbox, record_size
+from onceflow.tables.memory import MemoryBroker
+from onceflow.tables.outbox import Outbox, record_size
 from onceflow.triggers import parse_triggers
 
 from .cluster import LocalCluster

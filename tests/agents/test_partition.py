@@ -16,7 +16,8 @@ from onceflow.agents import wire
 from onceflow.agents.wire import Delivery
 from onceflow.calls import Callee
 from onceflow.errors import TransientError
-from onceflow.tables.outbox import MemoryBroker, Outbox
+from onceflow.tables.memory import MemoryBroker
+from onceflow.tables.outbox import Outbox
 from onceflow.triggers import parse_triggers
 
 from .cluster import LocalCluster

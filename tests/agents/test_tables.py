@@ -10,7 +10,8 @@ from aiokafka.partitioner import murmur2 as reference_murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 from onceflow.keys import kafka_partition, murmur2
-from onceflow.tables.outbox import MemoryBroker, Outbox
+from onceflow.tables.memory import MemoryBroker
+from onceflow.tables.outbox import Outbox
 from onceflow.tables.partition import DictPartition
 from onceflow.tables.state import PartitionStore, TableBuffer, UndoLog, flush_state
 
