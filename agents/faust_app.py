@@ -165,28 +165,20 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
     if options.history_sweeps:
         runtime.horizon = uncommitted.oldest
 
-    def deliveries(messages: list[Any]) -> list[wire.Delivery]:
-        out = []
-        for message in messages:
-            if options.history_sweeps:
-                uncommitted.handed(message.tp, message.offset, message.timestamp)
-            # A record without a timestamp (message format v0) has Kafka's -1 ms.
-            ts = message.timestamp if message.timestamp is not None else -0.001
-            out.append(wire.Delivery(message.topic, message.partition, message.offset,
-                                     ts, message.key, message.value,
-                                     list(message.headers or ()), message))
-        return out
-
-    async def consume(messages: list[Any]) -> None:
+    async def consume(deliveries: list[wire.Delivery]) -> None:
         """The two agents' work: ingress (input topics) and triggers (repartition topic)."""
         if batch_log.isEnabledFor(logging.INFO):
-            spans: dict[Any, list[int]] = {}
-            for message in messages:
-                spans.setdefault(message.tp, []).append(message.offset)
-            batch_log.info("batch %s", {f"{tp.topic}/{tp.partition}": (min(o), max(o), len(o))
-                                        for tp, o in spans.items()})
+            spans: dict[tuple[str, int], list[int]] = {}
+            for delivery in deliveries:
+                spans.setdefault((delivery.topic, delivery.partition), []).append(
+                    delivery.offset)
+            batch_log.info("batch %s", {f"{topic}/{partition}": (min(o), max(o), len(o))
+                                        for (topic, partition), o in spans.items()})
+        if options.history_sweeps:
+            for delivery in deliveries:
+                uncommitted.handed(delivery.handle, delivery.offset, delivery.ts)
         try:
-            await runtime.handle(deliveries(messages))
+            await runtime.handle(deliveries)
         except Exception as exc:
             # Fail-stop: the batch is not acknowledged, so after a restart it is
             # delivered again and decided on what is durable.

@@ -7,15 +7,21 @@ recovery) take Faust's usual path.  Measured on this project's machine, Faust's
 per-event path costs about 200 microseconds a record before any work is done, more than
 everything onceflow does for a document; and with `stream.take_events` it lost records
 that were in flight during a rebalance (never handed to the agent, their offsets left
-uncommitted until the next restart).  Bulk delivery keeps Faust's bookkeeping: each record
-is tracked as unacknowledged while the handler works on it and acknowledged when the
-handler returns, so offsets are committed only for records that are done, and a rebalance
-waits for the batch in hand.  The handler takes a fetch in chunks of CHUNK records; when a
-rebalance starts, the chunks not begun yet are given back (no longer tracked, and the
-partition is sought back to the first of them), so a rebalance waits for one chunk, not
-for a whole fetch of up to ONCEFLOW_BATCH_SIZE records.  Records given back were not
-decided; they are fetched again from the committed offset, by this worker or the
-partition's next owner.
+uncommitted until the next restart).  The records are read from aiokafka's fetch
+directly: Faust's `getmany` makes a Faust message of every record, checks the flow, the
+consumer generation and the partition's end offset for its monitor record by record, and
+each message was then tracked and acknowledged one at a time (two locks, a weak set, the
+sensors): about a quarter of the worker's CPU on bench/peers.py.  Here those checks are
+made once a partition a fetch, each record becomes a `Delivery` at once, and Faust's
+bookkeeping is kept in bulk: while a fetched batch is in hand one marker stands for it
+among Faust's unacknowledged messages (so a rebalance waits for it, as it waited for the
+messages), and the offsets of each chunk are acknowledged together once the handler has
+returned, by the same rule as Faust's `Consumer.ack` (so offsets are committed only for
+records that are done).  The handler takes a fetch in chunks of CHUNK records; when a
+rebalance starts, the chunks not begun yet are given back (the partition is sought back to
+the first of them), so a rebalance waits for one chunk, not for a whole fetch of up to
+ONCEFLOW_BATCH_SIZE records.  Records given back were not decided; they are fetched again
+from the committed offset, by this worker or the partition's next owner.
 
 Bulk recovery.  While Faust recovers a table partition from its changelog, the records of
 that changelog go, per fetch, straight into the table's local store as one write batch per
@@ -52,8 +58,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types.tuples import ack_lock
+from mode.utils.futures import notify
 
-from . import record_batches
+from . import record_batches, wire
 
 log = logging.getLogger("onceflow.transport")
 
@@ -138,7 +146,7 @@ class FetchHighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
         return {tp: value for tp, value in fixed.items() if value is not None}
 
 
-BulkHandler = Callable[[list[Any]], Awaitable[None]]
+BulkHandler = Callable[[list[wire.Delivery]], Awaitable[None]]
 
 # Most records handed to the handler at once (see the module's docstring).
 CHUNK = 1000
@@ -162,38 +170,18 @@ class Consumer(faust_aiokafka.Consumer):
         if self.bulk_delivery is None:
             return await super()._drain_messages(fetcher)
         topics, handle = self.bulk_delivery
-        callback = self.callback
-        recovery = self.app.tables.recovery
         consumer_stopped = self._stopped.is_set
         fetcher_stopped = fetcher._stopped.is_set
-        read_offsets = self._read_offset
-        acks_enabled_for = self.app.topics.acks_enabled_for
         try:
             while not (consumer_stopped() or fetcher_stopped()):
                 self.diag.set_flag(CONSUMER_FETCHING)
-                batch: list[Any] = []
+                batch: list[wire.Delivery] = []
                 changelogs: dict[Any, list[Any]] = {}
                 await self.sleep(0)
                 if not self.should_stop:
-                    async for tp, message in self.getmany(timeout=1.0):
-                        offset = message.offset
-                        read = read_offsets[tp]
-                        if read is not None and offset < read:
-                            continue  # read already (Faust's own rule)
-                        if read and offset - read > 1 and acks_enabled_for(message.topic):
-                            await self._add_gap(tp, read + 1, offset)
-                        read_offsets[tp] = offset
-                        if tp.topic in topics:
-                            self.track_message(message)
-                            batch.append(message)
-                        elif recovery.in_recovery and tp in recovery.active_tps:
-                            # Decided per record, when it is in hand: a record that went
-                            # Faust's way would be skipped once the offsets moved past it.
-                            changelogs.setdefault(tp, []).append(message)
-                        else:
-                            await self.wait_first(callback(message), self.suspend_flow.wait())
+                    await self._take_fetch(topics, batch, changelogs)
                 if changelogs:
-                    self._recover(recovery, changelogs)
+                    self._recover(self.app.tables.recovery, changelogs)
                 self.diag.unset_flag(CONSUMER_FETCHING)
                 self.fetched_at = time.monotonic()
                 if batch:
@@ -214,6 +202,62 @@ class Consumer(faust_aiokafka.Consumer):
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
 
+    async def _take_fetch(self, topics: frozenset[str], batch: list[wire.Delivery],
+                          changelogs: dict[Any, list[Any]]) -> None:
+        """One fetch: onceflow's records into `batch`, changelogs under recovery aside.
+
+        Faust's `getmany` does the same checks record by record (flow, generation, active
+        partitions, the end offset for its monitor) and makes a Faust message of each; here
+        they are made once a partition, and onceflow's records become deliveries directly.
+        """
+        records, active = await self._wait_next_records(1.0)
+        if records is None or self.should_stop:
+            return
+        if not self.flow_active:
+            # As Faust's getmany: back to the committed offsets until the flow resumes.
+            try:
+                await self.perform_seek()
+            except Exception as exc:
+                self.log.warning(f"exception performing seek when flow not active {exc}")
+            return
+        app = self.app
+        generation = app.consumer_generation_id
+        read_offsets = self._read_offset
+        acks_enabled_for = app.topics.acks_enabled_for
+        recovery = app.tables.recovery
+        callback = self.callback
+        for tp, fetched in records.items():
+            if not self.flow_active or app.consumer_generation_id != generation:
+                break  # a rebalance: the rest is fetched again by the partitions' owners
+            if not (active is None or tp in active or tp in self._buffered_partitions):
+                continue
+            app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+            topic = tp.topic
+            ours = topic in topics
+            gaps = acks_enabled_for(topic)
+            for record in fetched:
+                offset = record.offset
+                read = read_offsets[tp]
+                if read is not None and offset < read:
+                    continue  # read already (Faust's own rule)
+                if read and offset - read > 1 and gaps:
+                    await self._add_gap(tp, read + 1, offset)
+                read_offsets[tp] = offset
+                if ours:
+                    # A record without a timestamp (message format v0) has Kafka's -1 ms.
+                    stamp = record.timestamp
+                    batch.append(wire.Delivery(
+                        record.topic, record.partition, offset,
+                        stamp / 1000.0 if stamp is not None else -0.001, record.key,
+                        record.value, list(record.headers or ()), tp))
+                elif recovery.in_recovery and tp in recovery.active_tps:
+                    # Decided per record, when it is in hand: a record that went Faust's
+                    # way would be skipped once the offsets moved past it.
+                    changelogs.setdefault(tp, []).append(self._to_message(tp, record))
+                else:
+                    message = self._to_message(tp, record)
+                    self.track_message(message)
+                    await self.wait_first(callback(message), self.suspend_flow.wait())
 
     def _recover(self, recovery: Any, changelogs: dict[Any, list[Any]]) -> None:
         """Apply fetched changelog records of partitions under recovery, in bulk."""
@@ -232,36 +276,86 @@ class Consumer(faust_aiokafka.Consumer):
             recovery._set_recovery_ended()
             recovery.signal_recovery_end.set()
 
-    async def _deliver(self, batch: list[Any], handle: BulkHandler) -> None:
-        """Hand records over in chunks; give the rest back when a rebalance starts."""
-        app = self.app
-        for start in range(0, len(batch), CHUNK):
-            if app.rebalancing:
-                await self._give_back(batch[start:])
-                return
-            chunk = batch[start:start + CHUNK]
-            self.handling_since = self.delivered_at = time.monotonic()
-            try:
-                await handle(chunk)
-            finally:
-                self.handling_since = None
-            for message in chunk:
-                message.ack(self)
+    async def _deliver(self, batch: list[wire.Delivery], handle: BulkHandler) -> None:
+        """Hand records over in chunks; give the rest back when a rebalance starts.
 
-    async def _give_back(self, messages: list[Any]) -> None:
-        """Untrack records not handed over, and seek their partitions back to them."""
+        While the batch is in hand one marker stands for it among Faust's unacknowledged
+        messages, so a rebalance waits for the chunk being handled (Faust's wait_empty);
+        each chunk's offsets are acknowledged together once the handler has returned.
+        """
+        app = self.app
+        in_hand = _InHand()
+        self._unacked_messages.add(in_hand)
+        try:
+            for start in range(0, len(batch), CHUNK):
+                if app.rebalancing:
+                    await self._give_back(batch[start:])
+                    return
+                chunk = batch[start:start + CHUNK]
+                self.handling_since = self.delivered_at = time.monotonic()
+                try:
+                    await handle(chunk)
+                finally:
+                    self.handling_since = None
+                self._acknowledge(chunk)
+        finally:
+            in_hand.acked = True
+            self._unacked_messages.discard(in_hand)
+            notify(self._waiting_for_ack)
+
+    def _acknowledge(self, deliveries: list[wire.Delivery]) -> None:
+        """Mark the records' offsets safe to commit, as Faust's Consumer.ack does each."""
+        offsets: dict[Any, list[int]] = {}
+        for delivery in deliveries:
+            tp = delivery.handle
+            group = offsets.get(tp)
+            if group is None:
+                group = offsets[tp] = []
+            group.append(delivery.offset)
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        added = 0
+        with ack_lock:
+            for tp, group in offsets.items():
+                if not acks_enabled_for(tp.topic):
+                    continue
+                committed = self._committed_offset[tp]
+                index = self._acked_index[tp]
+                acked = self._acked[tp]
+                for offset in group:
+                    if (committed is None or offset >= committed) and offset not in index:
+                        index.add(offset)
+                        acked.append(offset)
+                        added += 1
+            self._n_acked += added
+            notify(self._waiting_for_ack)
+
+    async def _give_back(self, deliveries: list[wire.Delivery]) -> None:
+        """Seek the partitions of records not handed over back to the first of them."""
         first: dict[Any, int] = {}
-        for message in messages:
-            self._unacked_messages.discard(message)
-            if message.tp not in first or message.offset < first[message.tp]:
-                first[message.tp] = message.offset
-        log.info("rebalance: %d record(s) given back undecided: %s", len(messages),
+        for delivery in deliveries:
+            tp = delivery.handle
+            if tp not in first or delivery.offset < first[tp]:
+                first[tp] = delivery.offset
+        log.info("rebalance: %d record(s) given back undecided: %s", len(deliveries),
                  {f"{tp.topic}/{tp.partition}": offset for tp, offset in first.items()})
         for tp, offset in first.items():
             try:
                 await self.seek(tp, offset)
             except Exception as exc:  # no longer assigned: its next owner starts there
                 log.info("seek of %s back to %d not done: %r", tp, offset, exc)
+
+
+class _InHand:
+    """Stands for a fetched batch among Faust's unacknowledged messages while it is handled."""
+
+    __slots__ = ("acked", "refcount", "__weakref__")
+
+    def __init__(self) -> None:
+        self.acked = False
+        self.refcount = 1
+
+    def __repr__(self) -> str:
+        return "<onceflow batch in hand>"
 
 
 class _ChangelogEvent:
