@@ -46,6 +46,9 @@ class WorkerOptions:
     replication_factor: int = -1
     topic_config: tuple[tuple[str, str], ...] = ()
     create_topics: bool = True
+    # The most records of a fetch handed to the runtime at once (agents/transport.py): each
+    # chunk is decided and made durable together, and a rebalance waits for the one in hand.
+    chunk_size: int = 1000
     # Seconds the consumer may go without coming round (or without taking waiting records)
     # before /livez reports it stuck (health.py).
     stuck_after: float = 120.0

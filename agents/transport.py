@@ -17,11 +17,12 @@ bookkeeping is kept in bulk: while a fetched batch is in hand one marker stands 
 among Faust's unacknowledged messages (so a rebalance waits for it, as it waited for the
 messages), and the offsets of each chunk are acknowledged together once the handler has
 returned, by the same rule as Faust's `Consumer.ack` (so offsets are committed only for
-records that are done).  The handler takes a fetch in chunks of CHUNK records; when a
-rebalance starts, the chunks not begun yet are given back (the partition is sought back to
-the first of them), so a rebalance waits for one chunk, not for a whole fetch of up to
-ONCEFLOW_BATCH_SIZE records.  Records given back were not decided; they are fetched again
-from the committed offset, by this worker or the partition's next owner.
+records that are done).  The handler takes a fetch in chunks of ONCEFLOW_CHUNK_SIZE
+records (1000 by default); when a rebalance starts, the chunks not begun yet are given
+back (the partition is sought back to the first of them), so a rebalance waits for one
+chunk, not for a whole fetch of up to ONCEFLOW_BATCH_SIZE records.  Records given back
+were not decided; they are fetched again from the committed offset, by this worker or the
+partition's next owner.
 
 Bulk recovery.  While Faust recovers a table partition from its changelog, the records of
 that changelog go, per fetch, straight into the table's local store as one write batch per
@@ -148,9 +149,6 @@ class FetchHighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 BulkHandler = Callable[[list[wire.Delivery]], Awaitable[None]]
 
-# Most records handed to the handler at once (see the module's docstring).
-CHUNK = 1000
-
 
 class Consumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer: Fetch highwaters, bulk delivery of onceflow's topics.
@@ -159,6 +157,7 @@ class Consumer(faust_aiokafka.Consumer):
     """
 
     bulk_delivery: tuple[frozenset[str], BulkHandler] | None = None
+    chunk_size = 1000  # most records handed to the handler at once (ONCEFLOW_CHUNK_SIZE)
     fetched_at: float | None = None  # monotonic time the fetch loop last came round
     delivered_at: float | None = None  # ... last handed records to the handler
     handling_since: float | None = None  # ... began the chunk in hand (None: none)
@@ -206,9 +205,9 @@ class Consumer(faust_aiokafka.Consumer):
                           changelogs: dict[Any, list[Any]]) -> None:
         """One fetch: onceflow's records into `batch`, changelogs under recovery aside.
 
-        Faust's `getmany` does the same checks record by record (flow, generation, active
-        partitions, the end offset for its monitor) and makes a Faust message of each; here
-        they are made once a partition, and onceflow's records become deliveries directly.
+        Faust's `getmany` does the same checks and makes a Faust message of every record;
+        here the partitions' checks (active, the end offset for its monitor) are made once a
+        partition, and onceflow's records become deliveries directly, in the same order.
         """
         records, active = await self._wait_next_records(1.0)
         if records is None or self.should_stop:
@@ -222,42 +221,43 @@ class Consumer(faust_aiokafka.Consumer):
             return
         app = self.app
         generation = app.consumer_generation_id
+        # What Faust's getmany asks of every record, asked once a partition.
+        usable = {}
+        for tp, fetched in records.items():
+            if active is None or tp in active or tp in self._buffered_partitions:
+                app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                usable[tp] = fetched
         read_offsets = self._read_offset
-        acks_enabled_for = app.topics.acks_enabled_for
+        gaps = {topic: app.topics.acks_enabled_for(topic) for topic in {tp.topic for tp in usable}}
         recovery = app.tables.recovery
         callback = self.callback
-        for tp, fetched in records.items():
-            if not self.flow_active or app.consumer_generation_id != generation:
+        # In Faust's order: round robin over the topics (a control message on onceflow.route
+        # is not left behind a whole fetch of an input topic).
+        for tp, record in self.scheduler.iterate(usable):
+            if app.consumer_generation_id != generation or not self.flow_active:
                 break  # a rebalance: the rest is fetched again by the partitions' owners
-            if not (active is None or tp in active or tp in self._buffered_partitions):
-                continue
-            app.monitor.track_tp_end_offset(tp, self.highwater(tp))
-            topic = tp.topic
-            ours = topic in topics
-            gaps = acks_enabled_for(topic)
-            for record in fetched:
-                offset = record.offset
-                read = read_offsets[tp]
-                if read is not None and offset < read:
-                    continue  # read already (Faust's own rule)
-                if read and offset - read > 1 and gaps:
-                    await self._add_gap(tp, read + 1, offset)
-                read_offsets[tp] = offset
-                if ours:
-                    # A record without a timestamp (message format v0) has Kafka's -1 ms.
-                    stamp = record.timestamp
-                    batch.append(wire.Delivery(
-                        record.topic, record.partition, offset,
-                        stamp / 1000.0 if stamp is not None else -0.001, record.key,
-                        record.value, list(record.headers or ()), tp))
-                elif recovery.in_recovery and tp in recovery.active_tps:
-                    # Decided per record, when it is in hand: a record that went Faust's
-                    # way would be skipped once the offsets moved past it.
-                    changelogs.setdefault(tp, []).append(self._to_message(tp, record))
-                else:
-                    message = self._to_message(tp, record)
-                    self.track_message(message)
-                    await self.wait_first(callback(message), self.suspend_flow.wait())
+            offset = record.offset
+            read = read_offsets[tp]
+            if read is not None and offset < read:
+                continue  # read already (Faust's own rule)
+            if read and offset - read > 1 and gaps[tp.topic]:
+                await self._add_gap(tp, read + 1, offset)
+            read_offsets[tp] = offset
+            if tp.topic in topics:
+                # A record without a timestamp (message format v0) has Kafka's -1 ms.
+                stamp = record.timestamp
+                batch.append(wire.Delivery(
+                    record.topic, record.partition, offset,
+                    stamp / 1000.0 if stamp is not None else -0.001, record.key,
+                    record.value, list(record.headers or ()), tp))
+            elif recovery.in_recovery and tp in recovery.active_tps:
+                # Decided per record, when it is in hand: a record that went Faust's way
+                # would be skipped once the offsets moved past it.
+                changelogs.setdefault(tp, []).append(self._to_message(tp, record))
+            else:
+                message = self._to_message(tp, record)
+                self.track_message(message)
+                await self.wait_first(callback(message), self.suspend_flow.wait())
 
     def _recover(self, recovery: Any, changelogs: dict[Any, list[Any]]) -> None:
         """Apply fetched changelog records of partitions under recovery, in bulk."""
@@ -284,14 +284,15 @@ class Consumer(faust_aiokafka.Consumer):
         each chunk's offsets are acknowledged together once the handler has returned.
         """
         app = self.app
+        size = self.chunk_size
         in_hand = _InHand()
         self._unacked_messages.add(in_hand)
         try:
-            for start in range(0, len(batch), CHUNK):
+            for start in range(0, len(batch), size):
                 if app.rebalancing:
                     await self._give_back(batch[start:])
                     return
-                chunk = batch[start:start + CHUNK]
+                chunk = batch[start:start + size]
                 self.handling_since = self.delivered_at = time.monotonic()
                 try:
                     await handle(chunk)

@@ -56,6 +56,10 @@ class WorkerSettings(BaseSettings):
         None, description="also accepted, never used to sign (rotating the token)")
     topic_prefix: str = Field("", description="prefix of every topic name (isolation)")
     batch_size: int = Field(5000, ge=1, description="most records taken in one batch")
+    chunk_size: int = Field(
+        1000, ge=1, le=1_000_000,
+        description="most records of a batch decided and made durable together; a "
+        "rebalance waits for the chunk in hand (larger: fewer broker round trips)")
     service_concurrency: int = Field(64, ge=1, description="services running at once")
     max_retry_wait: float | None = Field(
         None, ge=0, description="cap on the wait between attempts (test runs)")
@@ -227,7 +231,7 @@ class WorkerSettings(BaseSettings):
             max_record_bytes=self.max_record_bytes, extra_topics=self.extra_topics,
             replication_factor=self.replication_factor, topic_config=self.topic_config,
             create_topics=self.create_topics, max_clock_skew=self.max_clock_skew,
-            stuck_after=self.stuck_after,
+            stuck_after=self.stuck_after, chunk_size=self.chunk_size,
             route_keys=tuple(key for key in (route_key(_secret(self.admin_token)),
                                              route_key(_secret(self.second_admin_token)))
                              if key is not None))

@@ -38,6 +38,7 @@ import orjson
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import RecordMetadata
+from onceflow.agents.context import WorkerOptions
 from onceflow.app.settings import WorkerSettings
 from onceflow.engine import Engine, MemoryState
 from onceflow.envelope import Record
@@ -53,7 +54,7 @@ from peers import TRIGGERS, documents  # noqa: E402
 from tests.agents.cluster import LocalCluster  # noqa: E402
 
 PARTITIONS = 4
-CHUNK = 1000  # agents/transport.py hands a fetch over in chunks of this many records
+CHUNK = WorkerOptions().chunk_size  # the transport hands a fetch over in chunks this size
 
 
 def records(count: int) -> list[tuple[int, int, bytes, bytes, int]]:

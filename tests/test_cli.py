@@ -151,6 +151,23 @@ def test_worker_help_lists_every_setting_with_its_default() -> None:
         assert flag in text, flag
 
 
+@pytest.mark.parametrize("value,says", [
+    ("0", "greater than or equal to 1"), ("-3", "greater than or equal to 1"),
+    ("many", "valid integer"), ("1.5", "valid integer"),
+    ("99999999999", "less than or equal to 1000000")])
+def test_a_bad_chunk_size_is_one_line_naming_the_setting(value: str, says: str) -> None:
+    result = onceflow("worker", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                      env={**DEAD_BROKER, "ONCEFLOW_CHUNK_SIZE": value})
+    one_line_error(result, 2, "ONCEFLOW_CHUNK_SIZE", says)
+
+
+def test_the_chunk_size_reaches_the_worker_options() -> None:
+    from onceflow.app.settings import WorkerSettings
+
+    assert WorkerSettings().options().chunk_size == 1000
+    assert WorkerSettings(chunk_size=5000).options().chunk_size == 5000
+
+
 def test_an_unknown_command_is_a_usage_line() -> None:
     result = onceflow("frobnicate")
     assert result.returncode == 2
