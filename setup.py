@@ -61,14 +61,12 @@ def compiled_core() -> list:
     stage.mkdir(parents=True)
     for source in (HERE / "core").glob("*.py"):
         shutil.copy2(source, stage / source.name)
-    worker_paths = []
-    for package in COMPILED_WORKER:
+    worker_paths, readonly = [], []
+    for package, names in COMPILED_WORKER.items():
         (stage / package).mkdir()
-        for name in COMPILED_WORKER[package] + READ_ONLY_WORKER[package]:
+        for name in names + READ_ONLY_WORKER[package]:
             shutil.copy2(HERE / package / f"{name}.py", stage / package / f"{name}.py")
-        worker_paths += [f"onceflow/{package}/{name}.py" for name in COMPILED_WORKER[package]]
-    readonly = [f"onceflow/{package}/{name}.py" for package, names in READ_ONLY_WORKER.items()
-                for name in names]
+            (worker_paths if name in names else readonly).append(f"onceflow/{package}/{name}.py")
     previous = Path.cwd()
     os.chdir(stage.parent)  # mypyc's module names come from the paths it is given
     try:

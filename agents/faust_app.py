@@ -53,7 +53,6 @@ class OnceflowApp(faust.App):
         """Start the producer the runtime flushes batches with."""
         await super().on_start()
         self.consumer.bulk_delivery = self.bulk_delivery
-        self.consumer.chunk_size = self.runtime.options.chunk_size
         if self.onceflow_producer is None:
             bootstrap = bootstrap_of(self.conf.broker_producer)
             auth = client_auth(self.conf)

@@ -157,7 +157,6 @@ class Consumer(faust_aiokafka.Consumer):
     """
 
     bulk_delivery: tuple[frozenset[str], BulkHandler] | None = None
-    chunk_size = 1000  # most records handed to the handler at once (ONCEFLOW_CHUNK_SIZE)
     fetched_at: float | None = None  # monotonic time the fetch loop last came round
     delivered_at: float | None = None  # ... last handed records to the handler
     handling_since: float | None = None  # ... began the chunk in hand (None: none)
@@ -284,7 +283,7 @@ class Consumer(faust_aiokafka.Consumer):
         each chunk's offsets are acknowledged together once the handler has returned.
         """
         app = self.app
-        size = self.chunk_size
+        size = app.runtime.options.chunk_size  # ONCEFLOW_CHUNK_SIZE
         in_hand = _InHand()
         self._unacked_messages.add(in_hand)
         try:
