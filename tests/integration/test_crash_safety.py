@@ -147,6 +147,17 @@ def journal_of(lines: list[dict[str, Any]], key: str) -> list[tuple[Any, ...]]:
                 or activation is not None and line["activation"] == activation)]
 
 
+def what_became_of(record: tuple[str, int, int, str], identity: str,
+                   journal: list[dict[str, Any]]) -> str:
+    """A record without a terminal journal record, with what the journal says of its
+    identity (outcome, coordinates, reason)."""
+    topic, partition, offset, trigger = record
+    found = [(line["outcome"], f"{line['topic']}/{line['partition']}@{line['offset']}",
+              line.get("reason")) for line in journal
+             if line["trigger"] in (trigger, None) and line["identity"] == identity]
+    return f"{topic}/{partition}@{offset} ({trigger}, {identity}): {found}"
+
+
 class ReadyWatch(threading.Thread):
     """Polls a worker's /ready and /readyz from its start; keeps what they said when."""
 
@@ -226,8 +237,10 @@ def test_no_document_runs_twice_or_is_lost_across_kills(
     names = Names(prefix)
     ledger = tmp_path / "ledger.sqlite"
     # The group session of the runs this test reproduces (3 s).
+    # Info: each worker's log names the offsets of every batch it handled and what a
+    # rebalance gave back, so a failure below can be followed record by record.
     settings = {"test_ledger": ledger, "idle_after": 1, "session_timeout": 3,
-                "heartbeat_interval": 0.5}
+                "heartbeat_interval": 0.5, "log_level": "info"}
     triggers = CRASH / "triggers.toml"
     victim = start_worker(triggers, prefix, name="w1", **settings)
     start_worker(triggers, prefix, name="w2", **settings)
@@ -296,8 +309,9 @@ def test_no_document_runs_twice_or_is_lost_across_kills(
     doubles = db.execute("SELECT key, pid FROM doubles").fetchall()
     assert doubles == [], f"documents that ran twice: {doubles[:20]}"
     missing = missing_terminals(sent, lines)
-    assert not missing, f"{len(missing)} records without a terminal journal record: " \
-                        f"{missing[:10]}"
+    assert not missing, f"{len(missing)} records without a terminal journal record: " + \
+        "; ".join(what_became_of(record, records[sent.index(record)][1]["uuid"], lines)
+                  for record in missing[:10]) + f"; the workers' logs: {tmp_path}/w*/worker.log"
     ran = {key for key, _, _ in runs}
     expected = {f"orders:o-{i}" for i in range(ORDERS)}
     expected |= {f"pairs:{side}-{j}" for j in range(PAIRS) for side in "lr"}
