@@ -21,7 +21,7 @@ from onceflow.durations import parse_duration
 from onceflow.errors import OnceflowError
 from onceflow.journal import OUTCOMES
 
-from .kafka import read_topic
+from .kafka import GaplessReads, read_topic
 from .security import Cluster, started
 from .settings import WorkerSettings
 
@@ -156,6 +156,7 @@ async def _follow(cluster: Cluster, topic: str, wanted: Callable[[dict[str, Any]
         enable_auto_commit=False, fetch_max_wait_ms=200, max_partition_fetch_bytes=8 << 20,
         **cluster.client_kwargs()), cluster)
     stopping = asyncio.ensure_future(stop.wait())
+    gapless = GaplessReads(consumer)
     try:
         partitions: set[int] = set()
         told = False
@@ -179,7 +180,7 @@ async def _follow(cluster: Cluster, topic: str, wanted: Callable[[dict[str, Any]
             if not fetch.done():
                 fetch.cancel()
                 break
-            for items in fetch.result().values():
+            for items in gapless.take(fetch.result()).values():
                 for record in items:
                     line = _decode(record)
                     if line is not None and wanted(line):

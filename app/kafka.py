@@ -90,13 +90,16 @@ async def _read_to_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition], ti
     """Hand `take` the records of each partition from its position to its end, in fetches.
 
     The end is the high watermark of the Fetch responses (see the module's docstring);
-    after `timeout` seconds the read stops with what it has.
+    after `timeout` seconds the read stops with what it has.  The topics read so are
+    onceflow's own (the journal, outputs) and have no gaps: a fetch that skips offsets is
+    read again (GaplessReads).
     """
     deadline = time.monotonic() + timeout
     waiting = set(tps)
+    gapless = GaplessReads(consumer)
     while waiting and time.monotonic() < deadline:
         batch = await consumer.getmany(timeout_ms=100, max_records=10000)
-        for records in batch.values():
+        for records in gapless.take(batch).values():
             take(records)
         for tp in list(waiting):
             highwater = consumer.highwater(tp)
@@ -133,8 +136,8 @@ class Producer:
         await self._producer.stop()
 
 
-# How many fetches a follower makes again at a gap in a partition's offsets before it takes
-# the gap as real (see TopicFollower); a fetch that has records returns at once.
+# How many fetches a reader makes again at a gap in a partition's offsets before it takes
+# the gap as real (see GaplessReads); a fetch that has records returns at once.
 GAP_REFETCHES = 200
 
 
@@ -151,15 +154,44 @@ def up_to_gap(records: list[Any], expected: int | None) -> tuple[list[Any], int 
     return records, None
 
 
+class GaplessReads:
+    """What a reader takes of each fetch of topics that have no gaps in their offsets.
+
+    onceflow's journal and acks topics have none on any broker.  The embedded broker
+    (tansu) can answer a fetch at the end of a partition with a batch written after one it
+    has not made readable yet, and a reader that moved on never saw the earlier batch
+    (docs/operations.md, broker workarounds).  So a partition's records are taken up to
+    the first offset a fetch skipped, and the partition is read again from there; a gap
+    still there after GAP_REFETCHES fetches is taken as real.
+    """
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+        self._expected: dict[Any, int] = {}  # the next offset of each partition
+        self._tries: dict[tuple[Any, int], int] = {}  # fetches made again at a gap
+
+    def take(self, batch: dict[Any, list[Any]]) -> dict[Any, list[Any]]:
+        """The records of a fetch to take, by partition (none may be left)."""
+        taken: dict[Any, list[Any]] = {}
+        for tp, items in batch.items():
+            kept, gap = up_to_gap(items, self._expected.get(tp))
+            if gap is not None:
+                tries = self._tries[(tp, gap)] = self._tries.get((tp, gap), 0) + 1
+                if tries > GAP_REFETCHES:
+                    kept = items  # the broker says so every time
+                else:
+                    self._consumer.seek(tp, gap)
+            if kept:
+                self._expected[tp] = kept[-1].offset + 1
+                taken[tp] = kept
+        return taken
+
+
 class TopicFollower:
     """Reads a topic from its beginning in the background, as records arrive.
 
-    The topics it follows (the journal, acks) are written by several workers at once and
-    have no gaps in their offsets on any broker: a fetch that skips offsets is read again
-    from the first one missing.  The embedded broker (tansu) can answer a fetch at the end
-    of a partition with a batch written after one that is not readable yet, and a reader
-    that moved on never saw the earlier batch (docs/operations.md, broker workarounds).
-    A gap still there after GAP_REFETCHES fetches is taken as real.
+    For the journal and acks topics, which several workers write at once: a fetch that
+    skips offsets is read again from the first one missing (GaplessReads).
     """
 
     def __init__(self, where: Cluster | str, topic: str) -> None:
@@ -190,24 +222,12 @@ class TopicFollower:
     async def _read(self) -> None:
         consumer = self._consumer
         assert consumer is not None
-        expected: dict[Any, int] = {}  # the next offset of each partition
-        tries: dict[tuple[Any, int], int] = {}  # fetches made again at a gap
+        gapless = GaplessReads(consumer)
         while True:
-            batch = await consumer.getmany(timeout_ms=50, max_records=10000)
-            took = False
-            for tp, items in batch.items():
-                kept, gap = up_to_gap(items, expected.get(tp))
-                if gap is not None:
-                    tries[(tp, gap)] = tries.get((tp, gap), 0) + 1
-                    if tries[(tp, gap)] > GAP_REFETCHES:
-                        kept, gap = items, None  # the broker says so every time
-                    else:
-                        consumer.seek(tp, gap)
-                if kept:
-                    self.records.extend(kept)
-                    expected[tp] = kept[-1].offset + 1
-                    took = True
-            if took:
+            taken = gapless.take(await consumer.getmany(timeout_ms=50, max_records=10000))
+            for items in taken.values():
+                self.records.extend(items)
+            if taken:
                 self.arrived.set()
 
     async def wait(self, timeout: float) -> bool:
