@@ -44,6 +44,7 @@ class OnceflowApp(faust.App):
     runtime: Runtime
     health: Health
     bulk_delivery: Any = None
+    route_topics: frozenset[str] = frozenset()
     onceflow_producer: AIOKafkaProducer | None = None
 
     def _new_transport(self) -> Any:
@@ -53,6 +54,7 @@ class OnceflowApp(faust.App):
         """Start the producer the runtime flushes batches with."""
         await super().on_start()
         self.consumer.bulk_delivery = self.bulk_delivery
+        self.consumer.route_topics = self.route_topics
         if self.onceflow_producer is None:
             bootstrap = bootstrap_of(self.conf.broker_producer)
             auth = client_auth(self.conf)
@@ -194,6 +196,7 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
     app.topics.add(inputs)
     app.topics.add(route)
     app.bulk_delivery = (frozenset((*runtime.input_topics, names.route)), consume)
+    app.route_topics = frozenset((names.route,))
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:

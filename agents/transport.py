@@ -63,6 +63,7 @@ from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
 from . import record_batches, wire
+from .gaps import GAP_REFETCHES, TAIL_GAP_REFETCHES, GaplessReads, up_to_gap
 
 log = logging.getLogger("onceflow.transport")
 
@@ -157,12 +158,50 @@ class Consumer(faust_aiokafka.Consumer):
     """
 
     bulk_delivery: tuple[frozenset[str], BulkHandler] | None = None
+    route_topics: frozenset[str] = frozenset()  # set by the app: onceflow's own, gapless
     fetched_at: float | None = None  # monotonic time the fetch loop last came round
     delivered_at: float | None = None  # ... last handed records to the handler
     handling_since: float | None = None  # ... began the chunk in hand (None: none)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._gapless = GaplessReads()  # where each partition of onceflow's topics goes on
+
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return FetchHighwaterThread(self, loop=self.loop, beacon=self.beacon)
+
+    # Every way the position of a partition moves, other than reading on, is told to
+    # `_gapless`: a gap is then judged from where reading really goes on.
+    async def seek(self, partition: Any, offset: int) -> None:
+        """Seek a partition (Faust's), and read on from there."""
+        await super().seek(partition, offset)
+        self._gapless.moved(partition, offset)
+
+    async def seek_wait(self, partitions: Mapping[Any, int]) -> None:
+        """Seek partitions and wait (Faust's, for changelogs); forget where they were."""
+        for tp in partitions:
+            self._gapless.moved(tp, None)
+        await super().seek_wait(partitions)
+
+    async def seek_to_committed(self) -> Mapping[Any, int]:
+        """Seek the partitions to their committed offsets (Faust's), and read on from there."""
+        offsets = await super().seek_to_committed()
+        self._gapless.expected.clear()
+        for tp, offset in offsets.items():
+            self._gapless.moved(tp, offset if offset is not None and offset >= 0 else None)
+        return offsets
+
+    async def on_partitions_revoked(self, revoked: set[Any]) -> None:
+        """Faust's, and forget where the partitions were."""
+        for tp in revoked:
+            self._gapless.moved(tp, None)
+        await super().on_partitions_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[Any], generation_id: int = 0) -> None:
+        """Faust's; a partition assigned is read from where the broker's group says."""
+        for tp in assigned:
+            self._gapless.moved(tp, None)
+        await super().on_partitions_assigned(assigned, generation_id)
 
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - worker loop
         if self.bulk_delivery is None:
@@ -222,12 +261,16 @@ class Consumer(faust_aiokafka.Consumer):
         generation = app.consumer_generation_id
         # What Faust's getmany asks of every record, asked once a partition.
         usable = {}
+        gaps = {topic: app.topics.acks_enabled_for(topic) for topic in {tp.topic for tp in records}}
         for tp, fetched in records.items():
             if active is None or tp in active or tp in self._buffered_partitions:
                 app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                if tp.topic in topics:
+                    fetched = await self._up_to_gap(tp, fetched, gaps[tp.topic])
+                    if not fetched:
+                        continue
                 usable[tp] = fetched
         read_offsets = self._read_offset
-        gaps = {topic: app.topics.acks_enabled_for(topic) for topic in {tp.topic for tp in usable}}
         recovery = app.tables.recovery
         callback = self.callback
         # In Faust's order: round robin over the topics (a control message on onceflow.route
@@ -239,10 +282,8 @@ class Consumer(faust_aiokafka.Consumer):
             read = read_offsets[tp]
             if read is not None and offset < read:
                 continue  # read already (Faust's own rule)
-            if read and offset - read > 1 and gaps[tp.topic]:
-                await self._add_gap(tp, read + 1, offset)
             read_offsets[tp] = offset
-            if tp.topic in topics:
+            if tp.topic in topics:  # gaps in its offsets: _up_to_gap
                 # A record without a timestamp (message format v0) has Kafka's -1 ms.
                 stamp = record.timestamp
                 batch.append(wire.Delivery(
@@ -254,9 +295,60 @@ class Consumer(faust_aiokafka.Consumer):
                 # would be skipped once the offsets moved past it.
                 changelogs.setdefault(tp, []).append(self._to_message(tp, record))
             else:
+                if read and offset - read > 1 and gaps[tp.topic]:
+                    await self._add_gap(tp, read + 1, offset)  # Faust's rule
                 message = self._to_message(tp, record)
                 self.track_message(message)
                 await self.wait_first(callback(message), self.suspend_flow.wait())
+
+    async def _up_to_gap(self, tp: Any, fetched: list[Any], acked: bool) -> list[Any]:
+        """The records of a fetch of one of onceflow's topics to take now.
+
+        A gap in the offsets of onceflow.route is read again (up to GAP_REFETCHES fetches)
+        before it is taken as real: several workers write each of its partitions, and the
+        embedded broker can show a later batch before an earlier one (gaps.py).  An input
+        topic may have real gaps (compaction, transaction markers), so a gap there is read
+        again only at the partition's end, where that fault shows, and TAIL_GAP_REFETCHES
+        times at most.  A gap taken as real is committed past, as Faust does (`acked`).
+        """
+        reads = self._gapless
+        expected = reads.expected
+        want = expected.get(tp)
+        first = fetched[0].offset
+        last = fetched[-1].offset
+        if (want is None or first == want) and last - first == len(fetched) - 1:
+            expected[tp] = last + 1  # the usual fetch: nothing skipped
+            return fetched
+        start = 0
+        while True:
+            kept, gap = up_to_gap(fetched[start:], want)
+            if gap is None:
+                break
+            at = start + len(kept)  # the first record after the gap
+            after = fetched[at].offset
+            if tp.topic in self.route_topics:
+                refetches = GAP_REFETCHES
+            else:
+                highwater = self.highwater(tp)
+                at_end = highwater is not None and last + 1 >= highwater
+                refetches = TAIL_GAP_REFETCHES if at_end else 0
+            if reads.read_again(tp, gap, refetches):
+                log.debug("%s/%d: offsets %d..%d skipped by a fetch: read again",
+                          tp.topic, tp.partition, gap, after - 1)
+                # Not self.seek: the tries go on counting, and Faust's read offset stays
+                # at the last record taken (the records before the gap are delivered).
+                await self._seek(tp, gap)
+                expected[tp] = gap
+                return fetched[:at]
+            if refetches:
+                log.info("%s/%d: offsets %d..%d are missing after %d fetches: taken as a gap",
+                         tp.topic, tp.partition, gap, after - 1, refetches)
+            if acked:
+                await self._add_gap(tp, gap, after - 1)
+            want = after
+            start = at
+        expected[tp] = last + 1
+        return fetched
 
     def _recover(self, recovery: Any, changelogs: dict[Any, list[Any]]) -> None:
         """Apply fetched changelog records of partitions under recovery, in bulk."""

@@ -16,12 +16,13 @@ from typing import IO, Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from onceflow.agents.gaps import GaplessReads
 from onceflow.agents.wire import Names
 from onceflow.durations import parse_duration
 from onceflow.errors import OnceflowError
 from onceflow.journal import OUTCOMES
 
-from .kafka import GaplessReads, read_topic
+from .kafka import read_topic
 from .security import Cluster, started
 from .settings import WorkerSettings
 

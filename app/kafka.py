@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from onceflow.agents.gaps import GaplessReads
 
 from .security import Cluster, as_cluster, started
 
@@ -134,57 +135,6 @@ class Producer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._producer.stop()
-
-
-# How many fetches a reader makes again at a gap in a partition's offsets before it takes
-# the gap as real (see GaplessReads); a fetch that has records returns at once.
-GAP_REFETCHES = 200
-
-
-def up_to_gap(records: list[Any], expected: int | None) -> tuple[list[Any], int | None]:
-    """The records of one partition's fetch before the first gap in their offsets.
-
-    `expected`: the offset that should come next (None: any).  Returns the records to take
-    and, when a record lay beyond the expected offset, that offset (to read again from).
-    """
-    for index, record in enumerate(records):
-        if expected is not None and record.offset > expected:
-            return records[:index], expected
-        expected = record.offset + 1
-    return records, None
-
-
-class GaplessReads:
-    """What a reader takes of each fetch of topics that have no gaps in their offsets.
-
-    onceflow's journal and acks topics have none on any broker.  The embedded broker
-    (tansu) can answer a fetch at the end of a partition with a batch written after one it
-    has not made readable yet, and a reader that moved on never saw the earlier batch
-    (docs/operations.md, broker workarounds).  So a partition's records are taken up to
-    the first offset a fetch skipped, and the partition is read again from there; a gap
-    still there after GAP_REFETCHES fetches is taken as real.
-    """
-
-    def __init__(self, consumer: AIOKafkaConsumer) -> None:
-        self._consumer = consumer
-        self._expected: dict[Any, int] = {}  # the next offset of each partition
-        self._tries: dict[tuple[Any, int], int] = {}  # fetches made again at a gap
-
-    def take(self, batch: dict[Any, list[Any]]) -> dict[Any, list[Any]]:
-        """The records of a fetch to take, by partition (none may be left)."""
-        taken: dict[Any, list[Any]] = {}
-        for tp, items in batch.items():
-            kept, gap = up_to_gap(items, self._expected.get(tp))
-            if gap is not None:
-                tries = self._tries[(tp, gap)] = self._tries.get((tp, gap), 0) + 1
-                if tries > GAP_REFETCHES:
-                    kept = items  # the broker says so every time
-                else:
-                    self._consumer.seek(tp, gap)
-            if kept:
-                self._expected[tp] = kept[-1].offset + 1
-                taken[tp] = kept
-        return taken
 
 
 class TopicFollower:

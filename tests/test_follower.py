@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from onceflow.app.kafka import GAP_REFETCHES, GaplessReads, up_to_gap
+from onceflow.agents.gaps import GAP_REFETCHES, GaplessReads, up_to_gap
 
 
 class Rec(NamedTuple):

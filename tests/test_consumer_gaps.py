@@ -1,0 +1,150 @@
+"""The worker's consumer reads a gap in the offsets of onceflow.route again before it takes it
+as real, and a gap of an input topic only at the partition's end (agents/transport.py,
+agents/gaps.py).  The consumer is Faust's, built by the worker's app; only the broker is
+left out: each test hands `_take_fetch` the fetches and notes where the consumer seeks."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import pytest
+from faust.types import TP
+from onceflow.agents.faust_app import OnceflowApp
+from onceflow.agents.gaps import GAP_REFETCHES, TAIL_GAP_REFETCHES
+
+ROUTE = "onceflow.route"
+INPUT = "orders"
+ROUTE_TP = TP(ROUTE, 0)
+INPUT_TP = TP(INPUT, 0)
+
+
+class Rec(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int = 1_700_000_000_000
+    key: bytes | None = None
+    value: bytes = b"{}"
+    headers: tuple[Any, ...] = ()
+
+
+class Broker:
+    """Stands for the consumer thread: hands out fetches, notes seeks and highwaters."""
+
+    def __init__(self) -> None:
+        self.seeks: list[tuple[TP, int]] = []
+        self.highwaters: dict[TP, int] = {}
+        self.committed: dict[TP, int] = {}
+
+
+@pytest.fixture
+def consumer() -> Any:
+    app = OnceflowApp("gaps", broker="kafka://127.0.0.1:9", store="memory://")
+    for name in (INPUT, ROUTE):
+        app.topics.add(app.topic(name, value_type=bytes, key_type=bytes))
+    app.topics._acking_topics.update({INPUT, ROUTE})  # as once the worker has subscribed
+    consumer = app.consumer
+    consumer.route_topics = frozenset({ROUTE})
+    broker = Broker()
+    consumer._thread.seek = lambda tp, offset: broker.seeks.append((tp, offset))
+
+    async def seek_to_committed() -> dict[TP, int]:
+        return dict(broker.committed)
+
+    consumer._thread.seek_to_committed = seek_to_committed
+    consumer.highwater = lambda tp: broker.highwaters.get(tp, 1_000_000)
+    consumer.broker = broker
+    return consumer
+
+
+def records(tp: TP, *offsets: int) -> list[Rec]:
+    return [Rec(tp.topic, tp.partition, offset) for offset in offsets]
+
+
+async def fetch(consumer: Any, fetched: dict[TP, list[Rec]]) -> list[tuple[str, int]]:
+    """Hand the consumer one fetch; the records it delivers, as (topic, offset)."""
+    async def wait_next_records(timeout: float) -> tuple[dict[TP, list[Rec]], None]:
+        return fetched, None
+
+    consumer._wait_next_records = wait_next_records
+    batch: list[Any] = []
+    await consumer._take_fetch(frozenset({INPUT, ROUTE}), batch, {})
+    return [(d.topic, d.offset) for d in batch]
+
+
+def gap_of(consumer: Any, tp: TP) -> list[tuple[int, int]]:
+    """The offsets Faust may commit past unacknowledged, as [begin, end) ranges."""
+    return sorted((i.begin, i.end) for i in consumer._gap[tp])
+
+
+async def test_a_skipped_route_batch_is_read_again_and_delivered_in_order(consumer: Any) -> None:
+    assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 0, 1)}) == [(ROUTE, 0), (ROUTE, 1)]
+    # The batch at 2..3 was not readable yet; the one at 4 came first.
+    assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 4, 5)}) == []
+    assert consumer.broker.seeks == [(ROUTE_TP, 2)]
+    assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 2, 3, 4, 5)}) == [
+        (ROUTE, 2), (ROUTE, 3), (ROUTE, 4), (ROUTE, 5)]
+    assert consumer.broker.seeks == [(ROUTE_TP, 2)] and gap_of(consumer, ROUTE_TP) == []
+
+
+async def test_records_before_a_gap_in_the_same_fetch_are_delivered(consumer: Any) -> None:
+    fetched = {ROUTE_TP: records(ROUTE_TP, 0, 1, 2, 6, 7), INPUT_TP: records(INPUT_TP, 0, 1)}
+    delivered = await fetch(consumer, fetched)
+    assert sorted(delivered) == [(ROUTE, 0), (ROUTE, 1), (ROUTE, 2), (INPUT, 0), (INPUT, 1)]
+    assert consumer.broker.seeks == [(ROUTE_TP, 3)]
+
+
+async def test_a_route_gap_the_broker_keeps_showing_is_taken_as_real(consumer: Any) -> None:
+    await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 0)})
+    for _ in range(GAP_REFETCHES):
+        assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 3, 4)}) == []
+    assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 3, 4)}) == [(ROUTE, 3), (ROUTE, 4)]
+    assert consumer.broker.seeks == [(ROUTE_TP, 1)] * GAP_REFETCHES
+    assert gap_of(consumer, ROUTE_TP) == [(1, 3)]  # the offsets are committed past
+
+
+async def test_an_input_gap_behind_the_end_is_taken_at_once(consumer: Any) -> None:
+    # A compacted input topic has gaps everywhere; away from its end they are real.
+    consumer.broker.highwaters[INPUT_TP] = 500
+    await fetch(consumer, {INPUT_TP: records(INPUT_TP, 0, 1)})
+    assert await fetch(consumer, {INPUT_TP: records(INPUT_TP, 5, 6, 9)}) == [
+        (INPUT, 5), (INPUT, 6), (INPUT, 9)]
+    assert consumer.broker.seeks == [] and gap_of(consumer, INPUT_TP) == [(2, 5), (7, 9)]
+
+
+async def test_an_input_gap_at_the_end_is_read_again_a_few_times(consumer: Any) -> None:
+    consumer.broker.highwaters[INPUT_TP] = 10
+    await fetch(consumer, {INPUT_TP: records(INPUT_TP, 0, 1)})
+    for _ in range(TAIL_GAP_REFETCHES):
+        assert await fetch(consumer, {INPUT_TP: records(INPUT_TP, 8, 9)}) == []
+    assert await fetch(consumer, {INPUT_TP: records(INPUT_TP, 8, 9)}) == [(INPUT, 8), (INPUT, 9)]
+    assert consumer.broker.seeks == [(INPUT_TP, 2)] * TAIL_GAP_REFETCHES
+    assert gap_of(consumer, INPUT_TP) == [(2, 8)]
+
+
+async def test_a_seek_moves_where_the_next_record_is_expected(consumer: Any) -> None:
+    await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 0, 1, 2, 3)})
+    await consumer.seek(ROUTE_TP, 2)  # records given back at a rebalance
+    assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 2, 3)}) == [(ROUTE, 2), (ROUTE, 3)]
+    await consumer.seek(ROUTE_TP, 4)
+    assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 6)}) == []
+    assert consumer.broker.seeks[-1] == (ROUTE_TP, 4)
+
+
+async def test_after_a_seek_to_the_committed_offsets_a_gap_is_judged_from_them(
+        consumer: Any) -> None:
+    await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 0, 1, 2)})
+    consumer.broker.committed = {ROUTE_TP: 1}
+    await consumer.perform_seek()  # Faust's, after recovery and when the flow stops
+    assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 3)}) == []
+    assert consumer.broker.seeks == [(ROUTE_TP, 1)]
+    assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 1, 2, 3)}) == [
+        (ROUTE, 1), (ROUTE, 2), (ROUTE, 3)]
+
+
+async def test_the_first_records_of_a_partition_after_a_revoke_are_taken(consumer: Any) -> None:
+    await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 0, 1)})
+    consumer._gapless.moved(ROUTE_TP, None)  # what a revoke or an assignment does
+    assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 40, 41)}) == [
+        (ROUTE, 40), (ROUTE, 41)]
+    assert consumer.broker.seeks == []
