@@ -53,6 +53,9 @@ class Metrics:
         self.latency: dict[str, Histogram] = {}
         self.batches = 0
         self.documents = 0
+        # Gaps in the offsets of a fetch of onceflow's topics (transport.py), by topic and
+        # what was done: "read-again" (a fetch made again) or "taken" (committed past).
+        self.fetch_gaps: Counter[tuple[str, str]] = Counter()
 
     def count_journal(self, records: Sequence[JournalRecord]) -> None:
         """Count journal records by trigger and outcome (ingress ones by topic)."""
@@ -140,6 +143,13 @@ class WorkerCollector(Collector):
             "onceflow_batches", "Fetched record batches handled by this worker.")
         batches.add_metric([], metrics.batches)
         yield batches
+        gaps = CounterMetricFamily(
+            "onceflow_fetch_gaps", "Gaps in the offsets of fetched records: read again "
+            "(a fetch made again from the first offset skipped) or taken as real (committed "
+            "past), by topic.", labels=["topic", "action"])
+        for (topic, action), n in sorted(metrics.fetch_gaps.items()):
+            gaps.add_metric([topic, action], n)
+        yield gaps
         gauges = self._read()
         for name, help_text, values in (
                 ("onceflow_open_joins", "Open joins on this worker's partitions.",

@@ -332,7 +332,11 @@ class Consumer(faust_aiokafka.Consumer):
                 highwater = self.highwater(tp)
                 at_end = highwater is not None and last + 1 >= highwater
                 refetches = TAIL_GAP_REFETCHES if at_end else 0
+            runtime = self.app.runtime
+            counts = runtime.metrics.fetch_gaps
+            topic = runtime.names.logical(tp.topic)
             if reads.read_again(tp, gap, refetches):
+                counts[(topic, "read-again")] += 1
                 log.debug("%s/%d: offsets %d..%d skipped by a fetch: read again",
                           tp.topic, tp.partition, gap, after - 1)
                 # Not self.seek: the tries go on counting, and Faust's read offset stays
@@ -343,6 +347,7 @@ class Consumer(faust_aiokafka.Consumer):
             if refetches:
                 log.info("%s/%d: offsets %d..%d are missing after %d fetches: taken as a gap",
                          tp.topic, tp.partition, gap, after - 1, refetches)
+            counts[(topic, "taken")] += 1
             if acked:
                 await self._add_gap(tp, gap, after - 1)
             want = after

@@ -5,12 +5,15 @@ left out: each test hands `_take_fetch` the fetches and notes where the consumer
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import pytest
 from faust.types import TP
 from onceflow.agents.faust_app import OnceflowApp
 from onceflow.agents.gaps import GAP_REFETCHES, TAIL_GAP_REFETCHES
+from onceflow.agents.metrics import Metrics
+from onceflow.agents.wire import Names
 
 ROUTE = "onceflow.route"
 INPUT = "orders"
@@ -43,6 +46,7 @@ def consumer() -> Any:
     for name in (INPUT, ROUTE):
         app.topics.add(app.topic(name, value_type=bytes, key_type=bytes))
     app.topics._acking_topics.update({INPUT, ROUTE})  # as once the worker has subscribed
+    app.runtime = SimpleNamespace(metrics=Metrics(), names=Names(""))  # what it counts in
     consumer = app.consumer
     consumer.route_topics = frozenset({ROUTE})
     broker = Broker()
@@ -101,6 +105,8 @@ async def test_a_route_gap_the_broker_keeps_showing_is_taken_as_real(consumer: A
     assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 3, 4)}) == [(ROUTE, 3), (ROUTE, 4)]
     assert consumer.broker.seeks == [(ROUTE_TP, 1)] * GAP_REFETCHES
     assert gap_of(consumer, ROUTE_TP) == [(1, 3)]  # the offsets are committed past
+    assert consumer.app.runtime.metrics.fetch_gaps == {
+        (ROUTE, "read-again"): GAP_REFETCHES, (ROUTE, "taken"): 1}
 
 
 async def test_an_input_gap_behind_the_end_is_taken_at_once(consumer: Any) -> None:
@@ -110,6 +116,7 @@ async def test_an_input_gap_behind_the_end_is_taken_at_once(consumer: Any) -> No
     assert await fetch(consumer, {INPUT_TP: records(INPUT_TP, 5, 6, 9)}) == [
         (INPUT, 5), (INPUT, 6), (INPUT, 9)]
     assert consumer.broker.seeks == [] and gap_of(consumer, INPUT_TP) == [(2, 5), (7, 9)]
+    assert consumer.app.runtime.metrics.fetch_gaps == {(INPUT, "taken"): 2}
 
 
 async def test_an_input_gap_at_the_end_is_read_again_a_few_times(consumer: Any) -> None:

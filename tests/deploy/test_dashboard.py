@@ -20,6 +20,7 @@ def exported() -> set[str]:
     metrics.count_journal([JournalRecord("orders", "processed", "o-1", None, 1.0, "order", 0, 0),
                            JournalRecord(None, "bad-input", None, None, 1.0, "order", 0, 1)])
     metrics.observe_service("orders", 0.01)
+    metrics.fetch_gaps[("onceflow.route", "read-again")] += 1
     gauges = Gauges({"orders": 0}, {"orders": 1}, {("order", 0): 3}, {"orders": False})
     text = generate_latest(worker_registry(metrics, lambda: gauges)).decode()
     return {sample.name for family in text_string_to_metric_families(text)
