@@ -311,6 +311,8 @@ class Consumer(faust_aiokafka.Consumer):
         again only at the partition's end, where that fault shows, and TAIL_GAP_REFETCHES
         times at most.  A gap taken as real is committed past, as Faust does (`acked`).
         """
+        if not fetched:
+            return fetched
         reads = self._gapless
         expected = reads.expected
         want = expected.get(tp)

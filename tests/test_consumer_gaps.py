@@ -155,3 +155,8 @@ async def test_the_first_records_of_a_partition_after_a_revoke_are_taken(consume
     assert await fetch(consumer, {ROUTE_TP: records(ROUTE_TP, 40, 41)}) == [
         (ROUTE, 40), (ROUTE, 41)]
     assert consumer.broker.seeks == []
+
+
+async def test_an_empty_partition_in_a_fetch_is_passed_over(consumer: Any) -> None:
+    assert await fetch(consumer, {ROUTE_TP: [], INPUT_TP: records(INPUT_TP, 0)}) == [(INPUT, 0)]
+    assert consumer.broker.seeks == []
