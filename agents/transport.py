@@ -186,7 +186,7 @@ class Consumer(faust_aiokafka.Consumer):
     async def seek_to_committed(self) -> Mapping[Any, int]:
         """Seek the partitions to their committed offsets (Faust's), and read on from there."""
         offsets = await super().seek_to_committed()
-        self._gapless.expected.clear()
+        self._gapless = GaplessReads()  # every partition moved: nothing known before holds
         for tp, offset in offsets.items():
             self._gapless.moved(tp, offset if offset is not None and offset >= 0 else None)
         return offsets
@@ -321,6 +321,15 @@ class Consumer(faust_aiokafka.Consumer):
         if (want is None or first == want) and last - first == len(fetched) - 1:
             expected[tp] = last + 1  # the usual fetch: nothing skipped
             return fetched
+        if tp.topic in self.route_topics:
+            refetches = GAP_REFETCHES
+        else:
+            highwater = self.highwater(tp)
+            at_end = highwater is not None and last + 1 >= highwater
+            refetches = TAIL_GAP_REFETCHES if at_end else 0
+        runtime = self.app.runtime
+        counts = runtime.metrics.fetch_gaps
+        topic = runtime.names.logical(tp.topic)
         start = 0
         while True:
             kept, gap = up_to_gap(fetched[start:], want)
@@ -328,15 +337,6 @@ class Consumer(faust_aiokafka.Consumer):
                 break
             at = start + len(kept)  # the first record after the gap
             after = fetched[at].offset
-            if tp.topic in self.route_topics:
-                refetches = GAP_REFETCHES
-            else:
-                highwater = self.highwater(tp)
-                at_end = highwater is not None and last + 1 >= highwater
-                refetches = TAIL_GAP_REFETCHES if at_end else 0
-            runtime = self.app.runtime
-            counts = runtime.metrics.fetch_gaps
-            topic = runtime.names.logical(tp.topic)
             if reads.read_again(tp, gap, refetches):
                 counts[(topic, "read-again")] += 1
                 log.debug("%s/%d: offsets %d..%d skipped by a fetch: read again",
