@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import orjson
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from onceflow.agents import record_batches
 from onceflow.agents.wire import Names
@@ -54,6 +55,30 @@ class BridgeProcess:
             start_new_session=True)
         return self
 
+    async def uncommitted(self, target: TopicFollower, committed: Committed) -> set[bytes]:
+        """Stop the bridge (SIGSTOP) and list the dup-ids of the source records on the
+        target past its group's committed offsets; SIGCONT it again when there are none.
+
+        (The records that carry a dup-id of their own are left out: their source offset is
+        not in it.)
+        """
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGSTOP)
+        await asyncio.sleep(0.05)  # what it sent before it stopped reaches the target
+        await target.caught_up()
+        offsets = await committed.offsets()
+        behind = set()
+        for record in target.records:
+            dup_id = dict(record.headers)["dup-id"]
+            if dup_id.startswith(b"bridge:"):
+                partition, offset = dup_id.rsplit(b"/", 1)[1].split(b"@")
+                if int(offset) >= offsets[int(partition)]:
+                    behind.add(dup_id)
+        if not behind:
+            os.killpg(self.process.pid, signal.SIGCONT)
+            await asyncio.sleep(0.01 * (1 + len(target.records) % 3))
+        return behind
+
     def kill(self) -> None:
         assert self.process is not None
         os.killpg(self.process.pid, signal.SIGKILL)
@@ -72,6 +97,28 @@ class BridgeProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+class Committed:
+    """The offsets a consumer group has committed on a 4-partition topic (without joining
+    the group)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                         enable_auto_commit=False)
+        self.topic = topic
+
+    async def start(self) -> Committed:
+        await self.consumer.start()
+        return self
+
+    async def offsets(self) -> list[int]:
+        """The committed offset of each partition (0 where none)."""
+        return [await self.consumer.committed(TopicPartition(self.topic, p)) or 0
+                for p in range(4)]
+
+    async def stop(self) -> None:
+        await self.consumer.stop()
 
 
 def banners(log: Path) -> int:
@@ -134,12 +181,16 @@ def test_a_bridge_killed_again_and_again_forwards_everything_once(
         worker = start_worker(CRASH / "bridged.toml", prefix, test_ledger=ledger,
                               idle_after=1, wait=False)
         kills = 0
+        left_over: set[bytes] = set()  # dup-ids forwarded and not committed at a kill
         bridge = BridgeProcess(args, env, tmp_path / "bridge.log")
 
         async def run() -> tuple[list[Any], list[dict[str, Any]]]:
-            nonlocal bridge, kills
+            nonlocal bridge, kills, left_over
             target = await TopicFollower(broker.bootstrap, target_topic).start()
             journal = await TopicFollower(broker.bootstrap, names.journal).start()
+            committed = await Committed(source.bootstrap,
+                                        f"onceflow-bridge.{source_topic}.{target_topic}",
+                                        source_topic).start()
             bridge.start()
             try:
                 deadline = time.monotonic() + 240
@@ -157,9 +208,18 @@ def test_a_bridge_killed_again_and_again_forwards_everything_once(
                     # when the follower lagged, and the last kill never came.
                     if len(target.records) >= (kills + 1) * KILL_AFTER \
                             and banners(tmp_path / "bridge.log") > kills:
-                        bridge.kill()
-                        kills += 1
-                        bridge = BridgeProcess(args, env, tmp_path / "bridge.log").start()
+                        # Killed only while it holds forwarded records it has not
+                        # committed: stopped (SIGSTOP), it is killed when the target holds
+                        # source records past the group's committed offsets, else let go on
+                        # and caught again later.  A kill at any other moment leaves
+                        # nothing to send again: kills that came as they fell once left
+                        # no record to send again in a whole run.
+                        uncommitted = await bridge.uncommitted(target, committed)
+                        if uncommitted:
+                            bridge.kill()
+                            kills += 1
+                            left_over |= uncommitted
+                            bridge = BridgeProcess(args, env, tmp_path / "bridge.log").start()
                 while True:
                     processed = {line["identity"] for line in (
                         orjson.loads(r.value) for r in journal.records)
@@ -176,6 +236,7 @@ def test_a_bridge_killed_again_and_again_forwards_everything_once(
             finally:
                 await target.stop()
                 await journal.stop()
+                await committed.stop()
 
         forwarded, lines = asyncio.run(run())
         # The last bridge may have nothing left to forward: it is stopped once it is up (a
@@ -203,7 +264,9 @@ def test_a_bridge_killed_again_and_again_forwards_everything_once(
     copies = Counter(dict(r.headers)["dup-id"] for r in forwarded)
     assert set(copies) == set(by_dup_id)
     resent = sum(copies.values()) - RECORDS
-    assert resent > 0, "no kill left records to send again"
+    # Each kill came while the target held records past the committed offsets: a later
+    # bridge sent each of them again (and more, when sends were still on their way).
+    assert left_over and all(copies[dup_id] >= 2 for dup_id in left_over)
     for record in forwarded:
         original = by_dup_id[dict(record.headers)["dup-id"]]
         assert (record.key, record.value, record.timestamp) == (
