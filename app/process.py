@@ -76,6 +76,16 @@ def _reason(exc: Exception) -> str:
     return text[:200] if text else type(exc).__name__
 
 
+def launch(args: list[str], env: dict[str, str], log: IO[bytes]) -> Any:
+    """`python -m onceflow.app.cli ARGS` in a session of its own, its output into `log`.
+
+    Returns the subprocess.Popen.  (The tests start their workers from a fork server with
+    the same command line: tests/forkserver.py.)
+    """
+    return subprocess.Popen([sys.executable, "-m", "onceflow.app.cli", *args], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
 class WorkerProcess:
     """`onceflow worker --triggers FILE` with ONCEFLOW_* settings from `env`."""
 
@@ -95,12 +105,9 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         """Start the worker (not waiting for it)."""
         self._log = open(self.log_path, "ab")
-        env = {**os.environ, **self.env}
         self.started_at = time.time()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "onceflow.app.cli", "worker", "--triggers",
-             str(self.triggers)],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = launch(["worker", "--triggers", str(self.triggers)],
+                              {**os.environ, **self.env}, self._log)
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> float:
