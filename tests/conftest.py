@@ -35,23 +35,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                     returncode=2)
 
 
-# The tests' workers are forks of a process that has imported them (tests/forkserver.py):
-# about 0.6 s of CPU less a worker, some 110 workers a run.  ONCEFLOW_TEST_FORKSERVER=0
-# starts them as the product does.
-_FORK_SERVER: Any = None
-
-
+# The tests' workers and commands are forks of a process that has imported them
+# (tests/forkserver.py): about 0.5 s of CPU less a worker, some 110 workers a run.
+# ONCEFLOW_TEST_FORKSERVER=0 starts them as the product does.
 def _launch_forked(args: list[str], env: dict[str, str], log: Any) -> Any:
-    global _FORK_SERVER
-    if _FORK_SERVER is None:
-        import atexit
-        import tempfile
+    from forkserver import shared
 
-        from forkserver import ForkServer
-
-        _FORK_SERVER = ForkServer(Path(tempfile.mkdtemp(prefix="onceflow-fork-")))
-        atexit.register(_FORK_SERVER.close)
-    return _FORK_SERVER.spawn(args, env, Path(log.name))
+    server = shared()
+    assert server is not None
+    return server.spawn(args, env, Path(log.name))
 
 
 def pytest_configure(config: pytest.Config) -> None:

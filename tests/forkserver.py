@@ -53,13 +53,15 @@ def _child(request: dict[str, Any], server: socket.socket, conn: socket.socket) 
         conn.close()
         os.setsid()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.close(null)
+        # stdin from a file (default nothing), stdout to the log, stderr to its own file
+        # or to the log as well.
+        streams = (os.open(request.get("stdin") or os.devnull, os.O_RDONLY),
+                   os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
+                   os.open(request.get("stderr") or request["log"],
+                           os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        for fd, stream in enumerate(streams):
+            os.dup2(stream, fd)
+            os.close(stream)
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
@@ -68,6 +70,9 @@ def _child(request: dict[str, Any], server: socket.socket, conn: socket.socket) 
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [request["cwd"], *extra, *_BASE_PATH]
         sys.argv = ["onceflow", *request["argv"]]
+        # As in a fresh interpreter, the command line module runs as __main__ only (runpy
+        # warns about a module it runs that is imported already).
+        sys.modules.pop("onceflow.app.cli", None)
         runpy.run_module("onceflow.app.cli", run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
@@ -163,12 +168,18 @@ class ForkServer:
         if line.strip() != b"ready":
             raise RuntimeError(f"the fork server did not start: {line!r}")
 
-    def spawn(self, argv: list[str], env: dict[str, str], log: Path) -> ForkedProcess:
-        """A worker process running `onceflow ARGV` with exactly `env`."""
+    def spawn(self, argv: list[str], env: dict[str, str], log: Path, *,
+              stderr: Path | None = None, stdin: Path | None = None,
+              cwd: Path | None = None) -> ForkedProcess:
+        """A process running `onceflow ARGV` with exactly `env`: its output appended to
+        `log` (stderr to `stderr` when given), its input read from `stdin` (default none),
+        in `cwd` (default this process's working directory)."""
         with self._lock:
             self._started()
-            pid = self._ask({"op": "spawn", "argv": argv, "env": env, "cwd": os.getcwd(),
-                             "log": str(log)})["pid"]
+            pid = self._ask({"op": "spawn", "argv": argv, "env": env,
+                             "cwd": str(cwd or os.getcwd()), "log": str(log),
+                             "stderr": str(stderr) if stderr else None,
+                             "stdin": str(stdin) if stdin else None})["pid"]
         return ForkedProcess(self, pid, argv)
 
     def returncode(self, pid: int) -> int | None:
@@ -186,6 +197,24 @@ class ForkServer:
         import shutil
 
         shutil.rmtree(Path(self.path).parent, ignore_errors=True)
+
+
+_SHARED: ForkServer | None = None
+
+
+def shared() -> ForkServer | None:
+    """This test process's fork server (started on first use), or None when
+    ONCEFLOW_TEST_FORKSERVER=0 asks for processes started as the product starts them."""
+    global _SHARED
+    if os.environ.get("ONCEFLOW_TEST_FORKSERVER", "1") == "0":
+        return None
+    if _SHARED is None:
+        import atexit
+        import tempfile
+
+        _SHARED = ForkServer(Path(tempfile.mkdtemp(prefix="onceflow-fork-")))
+        atexit.register(_SHARED.close)
+    return _SHARED
 
 
 class ForkedProcess:

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 import pytest
+from cli_runner import onceflow
 from onceflow.agents.wire import Names
 from onceflow.app.broker import EmbeddedBroker, free_port
 from onceflow.app.kafka import read_topic
@@ -65,12 +66,6 @@ def containers(podman: Podman) -> Iterator[list[str]]:
     yield names
     for name in names:
         podman.run("rm", "--force", "--volumes", name, check=False)
-
-
-def onceflow(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onceflow.app.cli", *args],
-                          env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=300)
 
 
 def in_image(podman: Podman, image: str, *args: str, entrypoint: str | None = None

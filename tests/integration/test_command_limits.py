@@ -9,13 +9,11 @@ naming its line or document, having sent nothing.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
+from cli_runner import onceflow
 from onceflow.agents import wire
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer
@@ -30,12 +28,6 @@ name = "orders"
 types = ["order"]
 """
 LIMIT = 16_384
-
-
-def onceflow(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onceflow.app.cli", *args],
-                          env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=120)
 
 
 def settings(broker: EmbeddedBroker, prefix: str) -> dict[str, str]:

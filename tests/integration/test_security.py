@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
+from cli_runner import onceflow
 from onceflow.agents.wire import Names
 from onceflow.app.broker import free_port
 from onceflow.app.process import WorkerProcess
@@ -65,13 +65,6 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory,
                           certificates=certificates).start()
     yield broker
     broker.stop()
-
-
-def onceflow(*args: str, env: dict[str, str], timeout: float = 60
-             ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onceflow.app.cli", *args],
-                          env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def security_env(certificates: Certificates, protocol: str, mechanism: str | None = None,

@@ -6,16 +6,14 @@ and workers that may not create topics checking the pre-created ones.
 from __future__ import annotations
 
 import asyncio
-import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from cli_runner import onceflow
 from onceflow.agents.wire import Names
 from onceflow.app.broker import EmbeddedBroker, free_port
 from onceflow.app.topics import cleanup_policies
@@ -29,12 +27,6 @@ TRIGGERS = """
 name = "orders"
 types = ["order"]
 """
-
-
-def onceflow(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onceflow.app.cli", *args],
-                          env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=120)
 
 
 def admin_call(bootstrap: str, call: Any) -> Any:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from cli_runner import onceflow
 from onceflow.agents import wire
 from onceflow.agents.signing import RouteSigner
 from onceflow.app.broker import EmbeddedBroker
@@ -31,12 +29,6 @@ types = ["left", "right"]
 condition = "all"
 """
 TOKEN = "s3cret"
-
-
-def onceflow(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "onceflow.app.cli", *args],
-                          env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=120)
 
 
 def journal(broker: EmbeddedBroker, prefix: str) -> list[dict[str, Any]]:
