@@ -9,8 +9,21 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# The folders setup.py compiles (all of core/, and the worker modules it lists).
-COMPILED_FOLDERS = ("core", "tables", "agents")
+
+
+def _compiled_folders() -> tuple[str, ...]:
+    """The folders setup.py compiles: all of core/, and those of COMPILED_WORKER there."""
+    import ast
+
+    for node in ast.parse((ROOT / "setup.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "COMPILED_WORKER"
+                for target in node.targets):
+            return ("core", *ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no COMPILED_WORKER")
+
+
+COMPILED_FOLDERS = _compiled_folders()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
