@@ -34,8 +34,54 @@ def tansu_binary() -> Path:
     return path
 
 
+# free_port picks from 20000 up to the kernel's ephemeral ports and from above them up to
+# 65535; it keeps the ports it has given and, per process, where its next pick starts.
+PICK_FLOOR = 20000
+PICK_CEILING = 65535
+_picked: set[int] = set()
+_pick_from: dict[int, int] = {}
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range of ports for the local end of outgoing connections."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2]
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now."""
+    """A port nobody listens on right now, for a server that binds it a moment later.
+
+    A port the kernel picks (bind to port 0) lies in its ephemeral range, from which every
+    outgoing connection takes its local port: on a busy machine (a test run opens thousands
+    of connections) one of them took such a port before the worker meant for it could
+    listen there, and the worker stopped ("another process listens there").  So the port
+    comes from outside that range, 20000 and up, walked in order from a place that depends
+    on the process (two processes picking at once start far apart), never the same twice in
+    a process, and only when it can be bound right now.  Where no such range is left (a
+    kernel whose ephemeral range covers it), the kernel picks.
+    """
+    low, high = ephemeral_ports()
+    ports = [p for start, end in ((PICK_FLOOR, low - 1), (high + 1, PICK_CEILING))
+             for p in range(max(start, PICK_FLOOR), end + 1)]
+    if ports:
+        pid = os.getpid()  # a forked child starts elsewhere than its parent
+        start = _pick_from.setdefault(pid, (pid * 7919) % len(ports))
+        for step in range(len(ports)):
+            index = (start + step) % len(ports)
+            port = ports[index]
+            if port in _picked:
+                continue
+            try:
+                with socket.socket() as sock:
+                    sock.bind((host, port))
+            except OSError:
+                continue
+            _picked.add(port)
+            _pick_from[pid] = index + 1
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

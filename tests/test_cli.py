@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import onceflow, one_line_error
+from onceflow.app.broker import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DEAD_BROKER = {"ONCEFLOW_BROKER_URL": "kafka://127.0.0.1:9"}  # port 9: nothing listens
@@ -70,7 +71,7 @@ def test_send_to_an_unreachable_broker() -> None:
 
 def test_worker_with_an_unreachable_broker() -> None:
     result = onceflow("worker", "--triggers", str(REPO / "deploy" / "triggers.toml"),
-                      env={**DEAD_BROKER, "ONCEFLOW_WEB_PORT": str(_free_port())}, timeout=60)
+                      env={**DEAD_BROKER, "ONCEFLOW_WEB_PORT": str(free_port())}, timeout=60)
     one_line_error(result, 3, "cannot connect to 127.0.0.1:9 (PLAINTEXT): connection refused")
 
 
@@ -212,12 +213,6 @@ def test_an_unexpected_error_is_one_line_with_a_hint(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "boom at import" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_broker_on_a_port_in_use() -> None:

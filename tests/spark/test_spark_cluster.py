@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from onceflow.app.broker import free_port
 from onceflow.app.replay import replay_scenario
 from onceflow.scenario import load_scenario
 
@@ -26,12 +26,6 @@ pytestmark = pytest.mark.spark
 # with one thread, as onceflow's local runs do (pipeline/session.py): C2 and parallel GC
 # threads cost more CPU than they save in a run this short.
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def spark_class() -> Path:
