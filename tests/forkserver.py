@@ -95,11 +95,22 @@ _OWN_PYTHONPATH = {p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
 _BASE_PATH = [p for p in sys.path[1:] if p not in _OWN_PYTHONPATH]
 
 
+PRELOADED = (
+    "onceflow.app.cli", "onceflow.app.worker", "onceflow.agents.faust_app", "onceflow.app.web",
+    "faust.worker", "faust.tables", "faust.web.drivers.aiohttp",
+    "faust.web.cache.backends.memory",
+)
+
+
 def serve(path: str) -> None:
     """Import the worker's modules, then fork a worker for each request until orphaned."""
-    import onceflow.agents.faust_app  # noqa: F401
-    import onceflow.app.cli  # noqa: F401
-    import onceflow.app.worker  # noqa: F401
+    import importlib
+
+    # What a worker imports before it is ready (found with py-spy on forked workers): the
+    # command line, the worker and its Faust app, the web views, Faust's worker, tables and
+    # web driver.
+    for module in PRELOADED:
+        importlib.import_module(module)
 
     if threading.active_count() != 1:  # forking a process with threads is not safe
         sys.exit("forkserver: the imports started threads; not serving")
