@@ -8,6 +8,7 @@ accepts connections a few milliseconds after it starts, and creates unknown topi
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import signal
 import socket
@@ -51,6 +52,13 @@ def ephemeral_ports() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
+@functools.cache
+def pick_ranges(low: int, high: int) -> tuple[int, ...]:
+    """The ports free_port picks from, in order, when the ephemeral range is low..high."""
+    return tuple(p for start, end in ((PICK_FLOOR, low - 1), (high + 1, PICK_CEILING))
+                 for p in range(max(start, PICK_FLOOR), end + 1))
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on right now, for a server that binds it a moment later.
 
@@ -63,9 +71,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     a process, and only when it can be bound right now.  Where no such range is left (a
     kernel whose ephemeral range covers it), the kernel picks.
     """
-    low, high = ephemeral_ports()
-    ports = [p for start, end in ((PICK_FLOOR, low - 1), (high + 1, PICK_CEILING))
-             for p in range(max(start, PICK_FLOOR), end + 1)]
+    ports = pick_ranges(*ephemeral_ports())
     if ports:
         pid = os.getpid()  # a forked child starts elsewhere than its parent
         start = _pick_from.setdefault(pid, (pid * 7919) % len(ports))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,9 @@ def _launch_forked(args: list[str], env: dict[str, str], log: Any) -> Any:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Start the tests' workers from the fork server unless ONCEFLOW_TEST_FORKSERVER=0."""
-    if os.environ.get("ONCEFLOW_TEST_FORKSERVER", "1") != "0":
+    from forkserver import shared
+
+    if shared() is not None:
         from onceflow.app import process
 
         process.launch = _launch_forked
