@@ -60,7 +60,7 @@ from onceflow.tables.state import (
 from onceflow.triggers import ALL
 
 from . import clock, limits, wire
-from .batch import SubBatch, Take, complete_runs, run_services, suspends
+from .batch import SubBatch, Take, complete_runs, decide_waiting, run_services, suspends
 from .context import Shared
 from .controls import ControlMixin
 from .outputs import deliver_replies, fit_take
@@ -487,6 +487,9 @@ class PartitionWorker(ControlMixin):
             return
         batch = self.batch
         if batch.conflicts(processor, doc):
+            if batch.can_wait(processor):
+                batch.takes.append(Take(processor, doc, Sink(), waiting=True))
+                return
             await self.settle()
         sink = Sink()
         undo = None
@@ -525,6 +528,10 @@ class PartitionWorker(ControlMixin):
             f"the open join of activation {limits.clip(activation)!r} with this document",
             size, limit), sink)
 
+    def _hold_take(self, take: Take) -> None:
+        self.hold(take.processor, [take.doc])
+        self.broadcast_suspend(take.processor)
+
     def _set_undo(self, processor: TriggerProcessor, undo: UndoLog | None) -> None:
         name = processor.trigger.name
         self.history[name].undo = undo
@@ -548,6 +555,13 @@ class PartitionWorker(ControlMixin):
 
             complete_runs(batch, hold)
             await deliver_replies(rt, [t for t in batch.takes if not t.rolled_back])
+            # Documents that waited for these runs, decided in their places; runs of theirs
+            # go through the same steps before the documents behind them are decided.
+            while fresh := decide_waiting(batch.takes, self._hold_take):
+                await flush_state(rt.sender, self.before_runs)
+                await run_services(fresh, rt.slots, rt.retry_sleep, rt.metrics.observe_service)
+                complete_runs(SubBatch(takes=fresh), hold)
+                await deliver_replies(rt, fresh)
         limit = rt.options.max_record_bytes
         for take in batch.takes:
             if not take.rolled_back:

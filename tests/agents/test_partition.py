@@ -44,6 +44,66 @@ async def test_a_copy_in_the_same_batch_waits_for_the_first_run() -> None:
                           ("bill", "processed", "i-2")]
 
 
+def count_sends(c: LocalCluster) -> list[int]:
+    """How many times the partitions wrote to the broker (one element a write)."""
+    sends: list[int] = []
+    real = c.runtime.sender.send
+
+    async def send(outbox: Outbox) -> Any:
+        sends.append(outbox.count)
+        return await real(outbox)
+
+    c.runtime.sender.send = send  # type: ignore[method-assign]
+    return sends
+
+
+async def test_a_copy_waits_in_its_place_without_splitting_the_batch() -> None:
+    calls: list[str] = []
+    c = cluster({"name": "bill", "types": ["inv"]},
+                callees={"bill": (Callee("x:y", lambda d: calls.append(d["uuid"]), False,
+                                         False), None)})
+    sends = count_sends(c)
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-1"),
+                            doc("inv", 2, 3, uuid="i-2"), doc("inv", 3, 4, uuid="i-1")])
+    assert journal(c) == [("bill", "processed", "i-1"), ("bill", "duplicate", "i-1"),
+                          ("bill", "processed", "i-2"), ("bill", "duplicate", "i-1")]
+    assert calls == ["i-1", "i-2"]
+    # One group, three writes: the processing entries of i-1 and i-2 together, then the
+    # journal and outputs, then the completed entries (settling for the copy took six).
+    assert len(sends) == 3
+
+
+async def test_waiting_copies_that_run_again_run_one_after_another_in_order() -> None:
+    # No duplicate detection: every copy runs, each after the run before it of the same
+    # identity, as a record-by-record replay runs them.
+    calls: list[str] = []
+
+    def service(document: Any) -> dict[str, Any]:
+        calls.append(f"{document['uuid']}#{document['n']}")
+        return {"n": document["n"]}
+
+    c = cluster({"name": "bill", "types": ["inv"], "detect_duplicates": False},
+                callees={"bill": (Callee("x:y", service, False, False), None)})
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1", n=0), doc("inv", 1, 2, uuid="i-1", n=1),
+                            doc("inv", 2, 3, uuid="i-2", n=2), doc("inv", 3, 4, uuid="i-1", n=3)])
+    assert journal(c) == [("bill", "processed", "i-1"), ("bill", "processed", "i-1"),
+                          ("bill", "processed", "i-2"), ("bill", "processed", "i-1")]
+    assert calls == ["i-1#0", "i-2#2", "i-1#1", "i-1#3"]
+    outputs = [orjson.loads(r.value)["n"] for r in c.broker.records(c.names.topic("bill.out"))]
+    assert outputs == [0, 1, 2, 3]  # published in record order
+
+
+async def test_a_copy_for_a_join_trigger_still_settles_first() -> None:
+    c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all"})
+    sends = count_sends(c)
+    await c.runtime.handle([
+        doc("a", 0, 1, uuid="a-1", activation="x"), doc("b", 0, 2, uuid="b-1", activation="x"),
+        doc("a", 1, 3, uuid="a-1", activation="x")])
+    assert journal(c) == [("pair", "join-pending", "a-1"), ("pair", "processed", "a-1"),
+                          ("pair", "processed", "b-1"), ("pair", "duplicate", "a-1")]
+    assert len(sends) == 4  # the run settled (three writes), then the copy's journal
+
+
 async def test_join_members_in_one_batch_join_as_replay_does() -> None:
     c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all"})
     await c.runtime.handle([
