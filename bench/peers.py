@@ -266,12 +266,34 @@ def quix_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path
         log.close()
 
 
+def floor_run(broker: EmbeddedBroker, items: int, unique: set[str],
+              workdir: Path) -> tuple[float, float, Cpu]:
+    """(docs/s, peak RSS MiB, CPU spent) of bench/io_floor.py: onceflow's records, no work."""
+    prefix = f"{PREFIX}floor."
+    env = {**os.environ, "PEERS_BROKER": broker.bootstrap, "PEERS_INPUT": INPUT,
+           "PEERS_PREFIX": prefix}
+    log = (workdir / "io-floor.log").open("wb")
+    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("io_floor.py"))],
+                               env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        cpu = Cpu({"floor": process.pid, "broker": broker.process.pid})  # type: ignore[union-attr]
+        seconds, values = watch_outputs(broker.bootstrap, prefix + "echo.out", len(unique),
+                                        lambda: process.poll() is None, cpu)
+        rss = peak_rss_mib(process.pid)
+        check_outputs("io floor", values, unique, "")
+        return items / seconds, rss, cpu
+    finally:
+        process.terminate()
+        process.wait(30)
+        log.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--documents", type=int, default=100_000)
     parser.add_argument("--skip", default="", help="comma-separated: onceflow2, noop, "
-                        "quix-key, quix-groupby, naive")
+                        "quix-key, quix-groupby, floor, naive")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     items = documents(args.documents)
@@ -295,6 +317,9 @@ def main() -> None:
         if "quix-groupby" not in skip:
             rows.append(('Quix Streams after group_by("uuid")',
                          *quix_run(broker, len(items), unique, workdir, "groupby")))
+        if "floor" not in skip:
+            rows.append(("aiokafka floor: onceflow's records, no work",
+                         *floor_run(broker, len(items), unique, workdir)))
         if "naive" not in skip:
             rows.append(("naive Faust agent (get + put, no output)",
                          naive_rate_on(broker, len(items), workdir), 0.0, None))
@@ -320,6 +345,11 @@ def main() -> None:
     quix = rates.get("Quix Streams, dedup on the Kafka key")
     if quix:
         print(f"onceflow / Quix keyed: {ours / quix:.2f}x (target >= 2x)")
+    floor = rates.get("aiokafka floor: onceflow's records, no work")
+    if floor:
+        print(f"aiokafka floor / onceflow: {floor / ours:.2f}x"
+              + (f"; floor / Quix keyed: {floor / quix:.2f}x (the most onceflow could reach "
+                 "with aiokafka and its writes)" if quix else ""))
     two = rates.get("onceflow, 2 workers")
     if two:
         print(f"2 onceflow workers / 1: {two / ours:.2f}x")
