@@ -79,6 +79,32 @@ async def test_records_made_durable_before_the_failure_are_not_decided_again(
     assert routed == ["i-1", "i-1", "i-3", "i-1", "i-3", "i-4"]
 
 
+async def test_a_failure_while_deciding_waiting_copies_runs_no_service_twice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    c = cluster({"name": "bill", "types": ["inv"]},
+                callees={"bill": (Callee("x:y", lambda d: calls.append(d["uuid"]), False,
+                                         False), None)})
+    original = partition_module.decide_waiting
+    failed: list[bool] = []
+
+    def decide_waiting(takes: Any, hold: Any) -> Any:
+        if not failed and any(take.waiting for take in takes):
+            failed.append(True)
+            raise RuntimeError("a bug while deciding the copies")
+        return original(takes, hold)
+
+    monkeypatch.setattr(partition_module, "decide_waiting", decide_waiting)
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-1"),
+                            doc("inv", 2, 3, uuid="i-2")])
+    # The services of i-1 and i-2 ran before the failure, on durable processing entries;
+    # their completed entries were not written.  Handled again one at a time, every record
+    # meets a processing entry alone: in-doubt, as after a crash at that point.
+    assert failed and calls == ["i-1", "i-2"]
+    assert journal(c) == [("bill", "in-doubt", "i-1"), ("bill", "in-doubt", "i-1"),
+                          ("bill", "in-doubt", "i-2")]
+
+
 async def test_a_stored_value_that_is_not_json_stops_the_worker_naming_the_record(
         caplog: pytest.LogCaptureFixture) -> None:
     c = cluster({"name": "bill", "types": ["inv"]})
