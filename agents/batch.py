@@ -8,7 +8,7 @@ suspend, such a document waits in its place (a `waiting` take) and is decided on
 runs are complete (`decide_waiting`): only its own history key decides it, and any
 document decided meanwhile that touched that key waited too, behind it.  For any other
 trigger the sub-batch is settled first.  (A resend soon after its original is common;
-settling for each one cost the worker a fifth of its rate on bench/peers.py.)
+settling for each one cost the worker about an eighth of its rate on bench/peers.py.)
 
 Settling: the processing entries become durable (one flush), the services run
 concurrently, then each run is completed in take order.  Runs of a trigger that suspends
