@@ -212,7 +212,7 @@ def decide_waiting(takes: list[Take], hold: Callable[[Take], None]) -> list[Take
     fresh: list[Take] = []
     held: set[tuple[str, str, str]] = set()
     for take in takes:
-        if not take.waiting:
+        if not take.waiting or take.rolled_back:
             continue
         processor = take.processor
         if held and any(key in held for key in doc_keys(processor, take.doc)):
