@@ -203,11 +203,13 @@ async def resume(coroutine: Any, waiting: Any) -> Any:
             return stop.value
 
 
-def decide_waiting(takes: list[Take], hold: Callable[[Take], None]) -> list[Take]:
+def decide_waiting(takes: list[Take], hold: Callable[[Take, list[Document]], None]
+                   ) -> list[Take]:
     """Decide waiting takes in order, up to one that a run decided here would hold.
 
     Returns the takes that got a run (they must run before the rest is decided).
-    `hold(take)` is told of a take whose trigger holds its document.
+    `hold(take, docs)` is told of a take whose trigger holds its document, as by
+    complete_runs.
     """
     fresh: list[Take] = []
     held: set[tuple[str, str, str]] = set()
@@ -224,7 +226,7 @@ def decide_waiting(takes: list[Take], hold: Callable[[Take], None]) -> list[Take
             fresh.append(take)
             held.update(run_keys(processor, result))
         elif result is not None:
-            hold(take)
+            hold(take, [take.doc])
     return fresh
 
 

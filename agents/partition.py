@@ -508,8 +508,7 @@ class PartitionWorker(ControlMixin):
         take = Take(processor, doc, sink, result if isinstance(result, Run) else None, undo)
         batch.add(take)
         if result is HELD:
-            self.hold(processor, [doc])
-            self.broadcast_suspend(processor)
+            self._hold_suspended(take, [doc])
 
     def _check_join(self, processor: TriggerProcessor, doc: Document, sink: Sink) -> None:
         """An open join that would be too large for its changelog record does not take doc."""
@@ -528,8 +527,9 @@ class PartitionWorker(ControlMixin):
             f"the open join of activation {limits.clip(activation)!r} with this document",
             size, limit), sink)
 
-    def _hold_take(self, take: Take) -> None:
-        self.hold(take.processor, [take.doc])
+    def _hold_suspended(self, take: Take, docs: list[Document]) -> None:
+        """Hold documents of the take's suspended trigger, and tell every partition."""
+        self.hold(take.processor, docs)
         self.broadcast_suspend(take.processor)
 
     def _set_undo(self, processor: TriggerProcessor, undo: UndoLog | None) -> None:
@@ -548,19 +548,14 @@ class PartitionWorker(ControlMixin):
             await flush_state(rt.sender, self.before_runs)
             await run_services(batch.takes, rt.slots, rt.retry_sleep,
                                rt.metrics.observe_service)
-
-            def hold(take: Take, docs: list[Document]) -> None:
-                self.hold(take.processor, docs)
-                self.broadcast_suspend(take.processor)
-
-            complete_runs(batch, hold)
+            complete_runs(batch, self._hold_suspended)
             await deliver_replies(rt, [t for t in batch.takes if not t.rolled_back])
             # Documents that waited for these runs, decided in their places; runs of theirs
             # go through the same steps before the documents behind them are decided.
-            while fresh := decide_waiting(batch.takes, self._hold_take):
+            while fresh := decide_waiting(batch.takes, self._hold_suspended):
                 await flush_state(rt.sender, self.before_runs)
                 await run_services(fresh, rt.slots, rt.retry_sleep, rt.metrics.observe_service)
-                complete_runs(SubBatch(takes=fresh), hold)
+                complete_runs(SubBatch(takes=fresh), self._hold_suspended)
                 await deliver_replies(rt, fresh)
         limit = rt.options.max_record_bytes
         for take in batch.takes:
