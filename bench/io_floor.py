@@ -27,6 +27,7 @@ import time
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from onceflow.app.topics import TopicSpec, ensure_topics
 from onceflow.tables.outbox import KafkaSender, Outbox
 
 CHUNK = 1000
@@ -38,8 +39,6 @@ async def main() -> None:
     prefix = os.environ["PEERS_PREFIX"]
     history, output, journal = (prefix + "history-changelog", prefix + "echo.out",
                                 prefix + "journal")
-    from onceflow.app.topics import TopicSpec, ensure_topics
-
     await ensure_topics(broker, [TopicSpec(history, "changelog", PARTITIONS, -1, ()),
                                  TopicSpec(output, "output", PARTITIONS, -1, ()),
                                  TopicSpec(journal, "output", PARTITIONS, -1, ())])

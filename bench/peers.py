@@ -54,6 +54,7 @@ from procs import cpu_seconds, peak_rss_mib  # noqa: E402
 from worker import naive_rate  # noqa: E402
 
 PREFIX = "peers."
+FLOOR = "aiokafka floor: onceflow's records, no work"
 INPUT = PREFIX + "doc"
 RETENTION = (("retention.ms", "604800000"),)
 TRIGGERS = """
@@ -240,52 +241,48 @@ async def copy_input(bootstrap: str, topic: str) -> None:
         await asyncio.gather(*pending)
 
 
-def quix_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path,
-             mode: str) -> tuple[float, float, Cpu]:
-    """(docs/s, peak RSS MiB, CPU spent) of Quix Streams keyed on the Kafka key or after
-    group_by."""
-    output = f"{PREFIX}quix-{mode}.out"
-    env = {**os.environ, "PEERS_MODE": mode, "PEERS_BROKER": broker.bootstrap,
-           "PEERS_GROUP": f"quix-{mode}", "PEERS_STATE": str(workdir / f"quix-{mode}"),
-           "PEERS_INPUT": INPUT, "PEERS_OUTPUT": output}
-    script = workdir / "quix_job.py"
-    script.write_text(QUIX)
-    log = (workdir / f"quix-{mode}.log").open("wb")
-    process = subprocess.Popen([sys.executable, str(script)], env=env, stdout=log,
-                               stderr=subprocess.STDOUT)
+def script_run(broker: EmbeddedBroker, items: int, unique: set[str], name: str,
+               script: Path, env: dict[str, str], output: str, log_path: Path
+               ) -> tuple[float, float, Cpu]:
+    """(docs/s, peak RSS MiB, CPU spent) of a contender that is a Python script of its own:
+    run with `env` added, followed on `output` until one record per unique uuid."""
+    log = log_path.open("wb")
+    process = subprocess.Popen([sys.executable, str(script)], env={**os.environ, **env},
+                               stdout=log, stderr=subprocess.STDOUT)
     try:
-        cpu = Cpu({"quix": process.pid, "broker": broker.process.pid})  # type: ignore[union-attr]
+        cpu = Cpu({name: process.pid, "broker": broker.process.pid})  # type: ignore[union-attr]
         seconds, values = watch_outputs(broker.bootstrap, output, len(unique),
                                         lambda: process.poll() is None, cpu)
         rss = peak_rss_mib(process.pid)
-        check_outputs(f"quix {mode}", values, unique, "")
+        check_outputs(name, values, unique, "")
         return items / seconds, rss, cpu
     finally:
         process.terminate()
         process.wait(30)
         log.close()
+
+
+def quix_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path,
+             mode: str) -> tuple[float, float, Cpu]:
+    """(docs/s, peak RSS MiB, CPU spent) of Quix Streams keyed on the Kafka key or after
+    group_by."""
+    output = f"{PREFIX}quix-{mode}.out"
+    env = {"PEERS_MODE": mode, "PEERS_BROKER": broker.bootstrap,
+           "PEERS_GROUP": f"quix-{mode}", "PEERS_STATE": str(workdir / f"quix-{mode}"),
+           "PEERS_INPUT": INPUT, "PEERS_OUTPUT": output}
+    script = workdir / "quix_job.py"
+    script.write_text(QUIX)
+    return script_run(broker, items, unique, f"quix {mode}", script, env, output,
+                      workdir / f"quix-{mode}.log")
 
 
 def floor_run(broker: EmbeddedBroker, items: int, unique: set[str],
               workdir: Path) -> tuple[float, float, Cpu]:
     """(docs/s, peak RSS MiB, CPU spent) of bench/io_floor.py: onceflow's records, no work."""
     prefix = f"{PREFIX}floor."
-    env = {**os.environ, "PEERS_BROKER": broker.bootstrap, "PEERS_INPUT": INPUT,
-           "PEERS_PREFIX": prefix}
-    log = (workdir / "io-floor.log").open("wb")
-    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("io_floor.py"))],
-                               env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        cpu = Cpu({"floor": process.pid, "broker": broker.process.pid})  # type: ignore[union-attr]
-        seconds, values = watch_outputs(broker.bootstrap, prefix + "echo.out", len(unique),
-                                        lambda: process.poll() is None, cpu)
-        rss = peak_rss_mib(process.pid)
-        check_outputs("io floor", values, unique, "")
-        return items / seconds, rss, cpu
-    finally:
-        process.terminate()
-        process.wait(30)
-        log.close()
+    env = {"PEERS_BROKER": broker.bootstrap, "PEERS_INPUT": INPUT, "PEERS_PREFIX": prefix}
+    return script_run(broker, items, unique, "io floor", Path(__file__).with_name("io_floor.py"),
+                      env, prefix + "echo.out", workdir / "io-floor.log")
 
 
 def main() -> None:
@@ -318,7 +315,7 @@ def main() -> None:
             rows.append(('Quix Streams after group_by("uuid")',
                          *quix_run(broker, len(items), unique, workdir, "groupby")))
         if "floor" not in skip:
-            rows.append(("aiokafka floor: onceflow's records, no work",
+            rows.append((FLOOR,
                          *floor_run(broker, len(items), unique, workdir)))
         if "naive" not in skip:
             rows.append(("naive Faust agent (get + put, no output)",
@@ -345,7 +342,7 @@ def main() -> None:
     quix = rates.get("Quix Streams, dedup on the Kafka key")
     if quix:
         print(f"onceflow / Quix keyed: {ours / quix:.2f}x (target >= 2x)")
-    floor = rates.get("aiokafka floor: onceflow's records, no work")
+    floor = rates.get(FLOOR)
     if floor:
         print(f"aiokafka floor / onceflow: {floor / ours:.2f}x"
               + (f"; floor / Quix keyed: {floor / quix:.2f}x (the most onceflow could reach "
