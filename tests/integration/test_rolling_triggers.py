@@ -9,15 +9,13 @@ once every worker has the new file, `onceflow resubmit TRIGGER --outcome error` 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from cli_runner import onceflow
 from onceflow.agents import wire
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer
@@ -81,10 +79,7 @@ def test_a_document_routed_for_an_unknown_trigger_is_journaled_and_kept(
     worker = start_worker(new, prefix, name="w2", partitions=2)
     env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
            "ONCEFLOW_PARTITIONS": "2"}
-    done = subprocess.run([sys.executable, "-m", "onceflow.app.cli", "resubmit", "audit",
-                           "--triggers", str(new), "--outcome", "error"],
-                          env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=120)
+    done = onceflow("resubmit", "audit", "--triggers", str(new), "--outcome", "error", env=env)
     assert done.returncode == 0, done.stderr
     lines = wait_journal(broker.bootstrap, names,
                          lambda ls: "processed" in outcomes(ls, "o-1", "audit"), worker)
