@@ -220,7 +220,18 @@ def record_time(ts: Timestamp) -> Timestamp:
     scaled = ts * 1000.0
     if scaled - scaled != 0.0:  # NaN or infinite (either minus itself is NaN)
         return ts
+    if -_ROUNDS_EXACTLY < scaled < _ROUNDS_EXACTLY:
+        # round(scaled) / 1000 in float arithmetic: adding and taking away 1.5 * 2**52
+        # leaves the nearest whole number, ties to even as round() does (below 2**51
+        # every sum falls where floats are exactly the whole numbers).  Compiled, the
+        # builtin round() was a lookup, a call and two allocations: 3% of a replay.
+        whole = (scaled + _ROUNDER) - _ROUNDER
+        return whole / 1000.0
     return round(scaled) / 1000
+
+
+_ROUNDER = 6755399441055744.0  # 1.5 * 2**52
+_ROUNDS_EXACTLY = 2251799813685248.0  # 2**51
 
 
 # The classes made once or more per document write their __init__ out: compiled, a

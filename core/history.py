@@ -18,7 +18,7 @@ from typing import Any
 
 from .envelope import Timestamp
 from .errors import HistoryUnavailable
-from .keys import split_state_key, state_key
+from .keys import key_part, pair_key, split_state_key
 from .pickling import by_fields
 from .store import Store
 
@@ -57,7 +57,7 @@ def history_key(identity: str, activation: str | None = None) -> str:
     part, which no (activation, identity) key can equal.  Triggers without joins key
     their entries by the identity itself.
     """
-    return state_key(identity) if activation is None else state_key(activation, identity)
+    return key_part(identity) if activation is None else pair_key(activation, identity)
 
 
 def entry_key(by_activation: bool, identity: str, activation: str | None) -> str:

@@ -59,6 +59,9 @@ class JoinStep:
 class AllJoin:
     """All (AND): run once an instance of every type with one activation has arrived."""
 
+    # Members wait in the open join until every type has arrived.
+    holds_members = True
+
     def __init__(self, types: frozenset[str], timeout: float | None,
                  serialize: bool = True) -> None:
         self.types = types
@@ -123,6 +126,9 @@ class AllJoin:
 
 class OnlyOneJoin:
     """Only one (XOR): the first document runs; others are discarded until the time-out."""
+
+    # A window keeps no member waiting (its first document ran): nothing is ever waiting.
+    holds_members = False
 
     def __init__(self, timeout: float | None) -> None:
         self.timeout = timeout
@@ -206,9 +212,10 @@ class JoinBook:
         Such a delivery is the same input record: it neither joins nor is discarded, and
         its outcome is the one the waiting member gets when the join ends.
         """
-        if doc.activation is None:
+        condition = self.condition
+        if doc.activation is None or not condition.holds_members:
             return False
-        return self.condition.waiting(self.store.get(doc.activation), doc)
+        return condition.waiting(self.store.get(doc.activation), doc)
 
     def members(self, activation: str) -> list[Document]:
         """The documents waiting in one activation's open join (none for a window)."""

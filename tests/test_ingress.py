@@ -372,6 +372,23 @@ def test_record_time_has_millisecond_resolution(ts: float, rounded: float) -> No
     assert got == rounded and type(got) is type(rounded)
 
 
+def test_record_time_rounds_as_round_does() -> None:
+    # Ties go to the even millisecond, negatives and the edges of the fast path included.
+    import random
+
+    picks = random.Random(7)
+    values = [0.0, -0.0, 0.0005, 0.0015, 0.0025, -0.0005, -0.0015, 2.5e-3, 1e-9,
+              2.0 ** 51 / 1000, 2.0 ** 51 / 1000 - 0.0005, -(2.0 ** 51) / 1000, 2.0 ** 52 / 1000,
+              1.5 * 2.0 ** 52 / 1000, 9007199254740.993, 1e15, -1e15]
+    values += [picks.uniform(-1e10, 1e10) for _ in range(20_000)]
+    values += [picks.randrange(-10**12, 10**12) / 1000 + 0.0005 for _ in range(20_000)]
+    values += [picks.randrange(0, 2**60) / 1000 for _ in range(5_000)]
+    for ts in values:
+        expected = round(ts * 1000.0) / 1000
+        got = record_time(ts)
+        assert got == expected and type(got) is float and str(got) == str(expected), ts
+
+
 def test_scenario_records_are_read_at_millisecond_resolution() -> None:
     record = parse_record_line({"ts": 1.2501, "topic": "t", "value": {}},
                                InputOffsets())

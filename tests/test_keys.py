@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 from onceflow.history import entry_key, history_key, split_history_key
-from onceflow.keys import key_prefix, split_state_key, state_key
+from onceflow.keys import key_prefix, pair_key, split_state_key, state_key
 
 # Strings rich in the separator and its escape.
 PARTS = st.text(alphabet=["a", "\x1e", "\x1f", ":", "é"], max_size=6)
@@ -33,6 +33,13 @@ def test_an_entry_for_every_activation_never_meets_a_joined_key() -> None:
 def test_different_parts_never_give_one_key(a: list[str], b: list[str]) -> None:
     assert split_state_key(state_key(*a)) == a
     assert (state_key(*a) == state_key(*b)) == (a == b)
+
+
+@given(PARTS, PARTS)
+def test_a_pair_key_is_the_state_key_of_the_pair(first: str, second: str) -> None:
+    assert pair_key(first, second) == state_key(first, second)
+    assert history_key(second, first) == state_key(first, second)
+    assert history_key(second) == state_key(second)
 
 
 @given(PARTS, PARTS, PARTS, PARTS)
