@@ -19,8 +19,9 @@ ahead of: this is a worker-only limit.
 from __future__ import annotations
 
 import time
+from typing import Final
 
-SETTING = "ONCEFLOW_MAX_CLOCK_SKEW"
+SETTING: Final = "ONCEFLOW_MAX_CLOCK_SKEW"
 
 
 def describe(ts: float) -> str:

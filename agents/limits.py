@@ -25,7 +25,7 @@ worker's producer never puts a record that does not fit beside others.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from onceflow.envelope import Document
@@ -37,10 +37,10 @@ from onceflow.tables.outbox import HEADER_OVERHEAD, RECORD_OVERHEAD, record_size
 __all__ = ["MAX_KEY_LENGTH", "SETTING", "activation_too_long", "clip", "fit", "fit_journal",
            "record_size", "reference", "too_large"]
 
-SETTING = "ONCEFLOW_MAX_RECORD_BYTES"
+SETTING: Final = "ONCEFLOW_MAX_RECORD_BYTES"
 # Characters kept of a field clipped to make a record fit; equal to MAX_KEY_LENGTH, so
 # that the dup-id, message id and activation are never clipped in journal records.
-CLIP = MAX_KEY_LENGTH
+CLIP: Final = MAX_KEY_LENGTH
 
 
 def output_size(output: Output, value: bytes, limit: int | None = None) -> int:

@@ -15,7 +15,7 @@ restart.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from onceflow.engine import DEAD_LETTER_TOPIC
@@ -27,20 +27,20 @@ from onceflow.tables.outbox import Outbox
 
 from .signing import RouteSigner
 
-ROUTE_TOPIC = "onceflow.route"
-JOURNAL_TOPIC = "onceflow.journal"
-ACKS_TOPIC = "onceflow.acks"
+ROUTE_TOPIC: Final = "onceflow.route"
+JOURNAL_TOPIC: Final = "onceflow.journal"
+ACKS_TOPIC: Final = "onceflow.acks"
 
 # Kinds of route-topic messages.
-DOC = "doc"
-TICK = "tick"
-SUSPEND = "suspend"
-RESUME = "resume"
-FORGET = "forget"
-SEED = "seed"
-BARRIER = "barrier"
-SWEEP = "sweep"
-KINDS = (DOC, TICK, SUSPEND, RESUME, FORGET, SEED, BARRIER, SWEEP)
+DOC: Final = "doc"
+TICK: Final = "tick"
+SUSPEND: Final = "suspend"
+RESUME: Final = "resume"
+FORGET: Final = "forget"
+SEED: Final = "seed"
+BARRIER: Final = "barrier"
+SWEEP: Final = "sweep"
+KINDS: Final = (DOC, TICK, SUSPEND, RESUME, FORGET, SEED, BARRIER, SWEEP)
 
 
 class BadMessage(Exception):
@@ -53,7 +53,7 @@ class BadMessage(Exception):
 
 # The fields of a routed document (Document.to_json): name -> (types, may be null,
 # required).
-_NUMBER = (int, float)
+_NUMBER: Final = (int, float)
 _DOC_FIELDS: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "type": ((str,), False, True),
     "identity": ((str,), False, True),

@@ -12,16 +12,16 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from .errors import ConfigError
 from .pickling import by_fields
 from .tomltext import toml_text
 
-NEW = "NEW"
-DUPLICATE = "DUPLICATE"
-IN_DOUBT = "IN_DOUBT"
-RESOLVER_ANSWERS = (NEW, DUPLICATE, IN_DOUBT)
+NEW: Final = "NEW"
+DUPLICATE: Final = "DUPLICATE"
+IN_DOUBT: Final = "IN_DOUBT"
+RESOLVER_ANSWERS: Final = (NEW, DUPLICATE, IN_DOUBT)
 
 
 @dataclass(init=False, slots=True)

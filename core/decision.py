@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Final
 
 from .calls import DUPLICATE, IN_DOUBT, NEW, CallContext, Callee
 from .envelope import MAX_IDENTITY_LENGTH, Document
@@ -33,7 +34,7 @@ class Decision:
     reason: str
 
 
-_NEW = Decision(Status.NEW, "new")
+_NEW: Final = Decision(Status.NEW, "new")
 
 
 def decide(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from .tomltext import toml_text
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PATTERN: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 
-DURATION_HELP = 'a duration such as "250ms", "10s", "5m", "2h" or "1d" (or a number of seconds)'
+DURATION_HELP: Final = ('a duration such as "250ms", "10s", "5m", "2h" or "1d" '
+                        '(or a number of seconds)')
 
 
 def parse_duration(value: object, *, allow_none: bool = False) -> float | None:

@@ -10,7 +10,7 @@ import asyncio
 import base64
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from .calls import Callee, load_callee
 from .envelope import Document, Record, Timestamp
@@ -23,7 +23,7 @@ from .scripted import RESOLVERS, SERVICES
 from .store import Store
 from .triggers import TriggerDef, TriggerSet
 
-DEAD_LETTER_TOPIC = "onceflow.dead-letter"
+DEAD_LETTER_TOPIC: Final = "onceflow.dead-letter"
 
 
 class MemoryState:

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from .pickling import by_fields
 
 # Header names (section 1 and 2 of the spec).
-H_MESSAGE_ID = "message-id"
-H_DELIVERY_COUNT = "delivery-count"
-H_DUP_ID = "dup-id"
-H_REPLY_TO = "reply-to"
+H_MESSAGE_ID: Final = "message-id"
+H_DELIVERY_COUNT: Final = "delivery-count"
+H_DUP_ID: Final = "dup-id"
+H_REPLY_TO: Final = "reply-to"
 
-UNDEFINED_DELIVERY = -1
-ENVELOPE_STRINGS = ("type", "uuid", "activation")
-MAX_IDENTITY_LENGTH = 96
+UNDEFINED_DELIVERY: Final = -1
+ENVELOPE_STRINGS: Final = ("type", "uuid", "activation")
+MAX_IDENTITY_LENGTH: Final = 96
 # How deep a document may nest arrays and objects, its envelope object being level 1.
 # Every runner writes documents out again (routed, held, joined, dead-lettered, in error
 # documents) inside a few levels of its own, and orjson writes at most 254 levels; a
 # deeper document is bad input at ingress, in every runner alike.
-MAX_DEPTH = 128
+MAX_DEPTH: Final = 128
 
 
 class NotJson:
@@ -230,8 +230,8 @@ def record_time(ts: Timestamp) -> Timestamp:
     return round(scaled) / 1000
 
 
-_ROUNDER = 6755399441055744.0  # 1.5 * 2**52
-_ROUNDS_EXACTLY = 2251799813685248.0  # 2**51
+_ROUNDER: Final = 6755399441055744.0  # 1.5 * 2**52
+_ROUNDS_EXACTLY: Final = 2251799813685248.0  # 2**51
 
 
 # The classes made once or more per document write their __init__ out: compiled, a
@@ -417,7 +417,7 @@ def check_envelope(value: Any) -> None:
 
 
 # The largest delivery count a header may give (a Kafka INT32, as Artemis' JMSXDeliveryCount).
-MAX_DELIVERY_COUNT = 2**31 - 1
+MAX_DELIVERY_COUNT: Final = 2**31 - 1
 
 
 def parse_delivery_count(header: str) -> int:

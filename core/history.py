@@ -14,7 +14,7 @@ written by a newer worker, or damage) makes the history unavailable for that doc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .envelope import Timestamp
 from .errors import HistoryUnavailable
@@ -22,11 +22,11 @@ from .keys import key_part, pair_key, split_state_key
 from .pickling import by_fields
 from .store import Store
 
-PROCESSING = 1
-COMPLETED = 2
-FAILED = 4
-_FLAGS = PROCESSING | COMPLETED | FAILED
-VERSION = 2  # the version of the stored values this module writes
+PROCESSING: Final = 1
+COMPLETED: Final = 2
+FAILED: Final = 4
+_FLAGS: Final = PROCESSING | COMPLETED | FAILED
+VERSION: Final = 2  # the version of the stored values this module writes
 
 
 def encode_entry(started: Timestamp, flags: int) -> list[Any]:

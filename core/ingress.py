@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from . import journal as J
 from .envelope import (
@@ -31,7 +31,7 @@ from .triggers import TriggerDef, TriggerSet
 # bounded so, every such state record fits the worker's smallest record limit whatever
 # the characters.  The identity needs no bound of its own: one longer than
 # MAX_IDENTITY_LENGTH is never a history key.
-MAX_KEY_LENGTH = 1000
+MAX_KEY_LENGTH: Final = 1000
 
 
 def activation_too_long(activation: str | None) -> str | None:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .envelope import Document, is_redelivery
 from .store import Store
 from .triggers import ALL, ONLY_ONE, TriggerDef
 
-PENDING = "pending"
-DISCARDED = "discarded"
-COMPLETE = "complete"
+PENDING: Final = "pending"
+DISCARDED: Final = "discarded"
+COMPLETE: Final = "complete"
 
 
 def _same(value: Any) -> Any:

@@ -5,34 +5,34 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .pickling import by_fields
 
 # Terminal outcomes: exactly one per (trigger, document).
-PROCESSED = "processed"
-ERROR = "error"
-DUPLICATE = "duplicate"
-REJECTED = "rejected"
-IN_DOUBT = "in-doubt"
-JOIN_EXPIRED = "join-expired"
-JOIN_DISCARDED = "join-discarded"
-BAD_INPUT = "bad-input"
+PROCESSED: Final = "processed"
+ERROR: Final = "error"
+DUPLICATE: Final = "duplicate"
+REJECTED: Final = "rejected"
+IN_DOUBT: Final = "in-doubt"
+JOIN_EXPIRED: Final = "join-expired"
+JOIN_DISCARDED: Final = "join-discarded"
+BAD_INPUT: Final = "bad-input"
 # Terminal at ingress (trigger null).
-DUPLICATE_ID = "duplicate-id"
+DUPLICATE_ID: Final = "duplicate-id"
 # Not terminal.
-JOIN_PENDING = "join-pending"
-RETRY = "retry"
-SUSPENDED = "suspended"
-RESUMED = "resumed"
+JOIN_PENDING: Final = "join-pending"
+RETRY: Final = "retry"
+SUSPENDED: Final = "suspended"
+RESUMED: Final = "resumed"
 
-TERMINAL = frozenset(
+TERMINAL: Final = frozenset(
     {PROCESSED, ERROR, DUPLICATE, REJECTED, IN_DOUBT, JOIN_EXPIRED, JOIN_DISCARDED, BAD_INPUT,
      DUPLICATE_ID}
 )
-OUTCOMES = TERMINAL | {JOIN_PENDING, RETRY, SUSPENDED, RESUMED}
+OUTCOMES: Final = TERMINAL | {JOIN_PENDING, RETRY, SUSPENDED, RESUMED}
 # The order in which tables and reports list outcomes.
-OUTCOME_ORDER = (
+OUTCOME_ORDER: Final = (
     PROCESSED, ERROR, DUPLICATE, REJECTED, IN_DOUBT, JOIN_PENDING, JOIN_EXPIRED,
     JOIN_DISCARDED, BAD_INPUT, DUPLICATE_ID, RETRY, SUSPENDED, RESUMED,
 )

@@ -15,8 +15,8 @@ from typing import Final
 
 from mypy_extensions import i64
 
-SEPARATOR = "\x1f"
-_ESCAPE = "\x1e"
+SEPARATOR: Final = "\x1f"
+_ESCAPE: Final = "\x1e"
 
 
 def key_part(part: str) -> str:

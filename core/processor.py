@@ -8,7 +8,7 @@ service, `complete` writes the completed entries, the journal and the outputs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from . import journal as J
 from .calls import CallContext, Callee
@@ -99,8 +99,8 @@ class Sink:
             self.outputs.append(item)
 
 
-WAITING_AGAIN = ("delivered again while waiting in the open join: its outcome is journaled "
-                 "when the join completes or expires")
+WAITING_AGAIN: Final = ("delivered again while waiting in the open join: its outcome is "
+                        "journaled when the join completes or expires")
 
 
 class _Held:
@@ -110,7 +110,7 @@ class _Held:
         return "HELD"
 
 
-HELD = _Held()
+HELD: Final = _Held()
 
 
 class TriggerProcessor:

@@ -9,16 +9,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .calls import CallContext, Callee
 from .errors import TransientError
 from .triggers import ON_FAILURE_SUSPEND, TriggerDef
 
-OK = "ok"
-ERROR = "error"
-SUSPEND = "suspend"
-RETRY = "retry"
+OK: Final = "ok"
+ERROR: Final = "error"
+SUSPEND: Final = "suspend"
+RETRY: Final = "retry"
 
 
 @dataclass(init=False, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -229,7 +229,7 @@ def _line_value(line: bytes) -> Any:
     return decode_value(item["raw"].encode("utf-8"))
 
 
-_NUMBER = (int, float)
+_NUMBER: Final = (int, float)
 
 
 def _at(where: str) -> str:

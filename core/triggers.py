@@ -8,37 +8,37 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from .durations import parse_duration
 from .errors import ConfigError
 from .pickling import by_fields
 from .tomltext import toml_text
 
-ALL = "all"
-ANY = "any"
-ONLY_ONE = "only_one"
-SIMPLE = "simple"
-CONDITIONS = (ALL, ANY, ONLY_ONE)
+ALL: Final = "all"
+ANY: Final = "any"
+ONLY_ONE: Final = "only_one"
+SIMPLE: Final = "simple"
+CONDITIONS: Final = (ALL, ANY, ONLY_ONE)
 
-ON_FAILURE_ERROR = "error"
-ON_FAILURE_SUSPEND = "suspend"
+ON_FAILURE_ERROR: Final = "error"
+ON_FAILURE_SUSPEND: Final = "suspend"
 
-DEFAULT_ID_CACHE_SIZE = 20000
+DEFAULT_ID_CACHE_SIZE: Final = 20000
 
-_TRIGGER_KEYS = {
+_TRIGGER_KEYS: Final = {
     "name", "types", "condition", "topics", "service", "join_timeout", "detect_duplicates",
     "use_history", "history_ttl", "resolver", "max_retry_attempts", "retry_interval",
     "on_retry_failure", "output", "error", "in_doubt", "history_sweep_interval",
     "resource_check",
 }
-_TOPIC_KEYS = {"id_cache_size", "persist_id_cache"}
+_TOPIC_KEYS: Final = {"id_cache_size", "persist_id_cache"}
 
 # A trigger's name becomes part of topic names (NAME.out, NAME.error, NAME.in-doubt), of
 # metric labels and of URLs: letters, digits, ".", "_" and "-", starting with a letter or
 # digit, at most 100 characters.
-TRIGGER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-TRIGGER_NAME_RULE = ('letters, digits, ".", "_" and "-", starting with a letter or digit, '
+TRIGGER_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+TRIGGER_NAME_RULE: Final = ('letters, digits, ".", "_" and "-", starting with a letter or digit, '
                      "at most 100 characters")
 
 

@@ -12,15 +12,15 @@ import asyncio
 import itertools
 import zlib
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 TopicPartition = tuple[str, int]
 
 
 # A record batch header (61 bytes) and the framing of one record in it at its largest
 # (length, attributes, timestamp and offset deltas, key and value lengths, header count).
-RECORD_OVERHEAD = 61 + 5 + 1 + 10 + 5 + 5 + 5 + 5
-HEADER_OVERHEAD = 10  # two length varints a header
+RECORD_OVERHEAD: Final = 61 + 5 + 1 + 10 + 5 + 5 + 5 + 5
+HEADER_OVERHEAD: Final = 10  # two length varints a header
 
 
 def record_size(key: bytes | None, value: bytes | None,

@@ -13,13 +13,13 @@ JSON-able and stored as JSON.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from .partition import RawPartition
 
-_ABSENT = object()
+_ABSENT: Final = object()
 
 
 class StateCorrupt(Exception):
