@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -141,7 +140,9 @@ class Engine:
         )
         self.holding = HeldInMemory([t.name for t in triggers.triggers])
         self.partition = Partition(self.processors, self.holding)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # An asyncio event loop, made on the first async service (asyncio is imported
+        # then: a replay of synchronous services never pays its 20 ms of imports).
+        self._loop: Any = None
         self._run_coroutine = run_coroutine or self._run_in_loop
 
     @property
@@ -272,6 +273,8 @@ class Engine:
 
     def _run_in_loop(self, awaitable: Awaitable[Any]) -> Any:
         if self._loop is None:
+            import asyncio
+
             self._loop = asyncio.new_event_loop()
 
         async def wait() -> Any:

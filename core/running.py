@@ -6,7 +6,6 @@ Spark; retries do not wait on simulated time), `run_service_async` for the worke
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -97,10 +96,14 @@ async def run_service_async(
     payload: Any,
     context: CallContext,
     *,
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
     before_retry: Callable[[int], Awaitable[None]] | None = None,
 ) -> ServiceResult:
-    """The async twin of run_service: waits retry_interval between attempts."""
+    """The async twin of run_service: waits retry_interval between attempts.
+
+    `sleep` defaults to asyncio.sleep (asyncio is imported when first needed: the
+    synchronous runners never load it).
+    """
     attempt = 1
     retries: list[tuple[int, str]] = []
     while True:
@@ -114,6 +117,10 @@ async def run_service_async(
             if step != RETRY:
                 return _failed(step, exc, attempt, retries)
             retries.append((attempt, f"{type(exc).__name__}: {exc}"))
+            if sleep is None:
+                import asyncio
+
+                sleep = asyncio.sleep
             await sleep(trigger.retry_interval)
             if before_retry is not None:
                 await before_retry(attempt + 1)
@@ -128,6 +135,8 @@ def _with_attempt(context: CallContext, attempt: int) -> CallContext:
 
 
 def _run_alone(awaitable: Awaitable[Any]) -> Any:
+    import asyncio
+
     async def wait() -> Any:
         return await awaitable
     return asyncio.run(wait())
