@@ -132,8 +132,17 @@ def _deeper(container: Any, budget: int) -> bool:
     """Whether a container (level 1) nests more than `budget` levels."""
     if budget <= 0:
         return True
-    items = container.values() if type(container) is dict else container
-    for item in items:
+    # Typed per kind, so that the compiled loops walk the dict or list directly (a loop
+    # over a value of unknown type goes through the iterator protocol item by item).
+    if type(container) is dict:
+        mapping: dict[Any, Any] = container
+        for item in mapping.values():
+            kind = type(item)
+            if (kind is dict or kind is list) and _deeper(item, budget - 1):
+                return True
+        return False
+    array: list[Any] = container
+    for item in array:
         kind = type(item)
         if (kind is dict or kind is list) and _deeper(item, budget - 1):
             return True

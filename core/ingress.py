@@ -194,7 +194,8 @@ class Ingress:
         for trigger in triggers.triggers:
             for topic in trigger.topics:
                 self._routes.setdefault(topic, []).append(trigger)
-        self._route_cache: dict[tuple[str, str], tuple[TriggerDef, ...]] = {}
+        # topic -> document type -> the triggers that take it.
+        self._route_cache: dict[str, dict[str, tuple[TriggerDef, ...]]] = {}
 
     def subscribed(self, topic: str) -> bool:
         """Whether some trigger reads this topic."""
@@ -278,11 +279,16 @@ class Ingress:
         doc_type = doc_type or topic
         identity = uuid or message_id
         activation = activation or None
-        route = (topic, doc_type)
-        targets = self._route_cache.get(route)
+        by_type = self._route_cache.get(topic)
+        if by_type is None:
+            by_type = self._route_cache[topic] = {}
+        targets = by_type.get(doc_type)
         if targets is None:
             targets = tuple(t for t in self._routes.get(topic, ()) if doc_type in t.types)
-            self._route_cache[route] = targets
+            if targets:
+                # Only types some trigger takes: the cache stays as small as the trigger
+                # file, whatever types a producer makes up.
+                by_type[doc_type] = targets
         if not targets:
             reason = f"no trigger takes document type {doc_type!r} from topic {topic!r}"
             journal.append(self._ingress_record(

@@ -220,6 +220,18 @@ def make_ingress(state: MemoryState | None = None) -> Ingress:
     return Ingress(TRIGGERS, state.progress, state.id_store)
 
 
+def test_made_up_document_types_are_rejected_and_do_not_grow_the_route_cache() -> None:
+    # A producer inventing a type per record must not grow the worker's memory.
+    ingress = make_ingress()
+    for offset in range(2000):
+        admitted = ingress.admit(rec(offset, topic="order",
+                                     value={"uuid": f"u-{offset}", "type": f"t{offset}"}))
+        assert [r.outcome for r in admitted.journal] == ["bad-input"]
+        assert "no trigger takes document type" in admitted.journal[0].reason
+    assert ingress.admit(rec(2000, topic="order", value={"uuid": "u"})).routed
+    assert sum(len(by_type) for by_type in ingress._route_cache.values()) == 1
+
+
 def test_admit_builds_the_document_and_routes_it_to_every_trigger_of_its_type() -> None:
     admitted = make_ingress().admit(
         rec(0, {"message-id": "m-1"}, topic="order",
