@@ -4,7 +4,8 @@ Public image registries cannot be reached, so the base image is built from Debia
 packages (mmdebstrap) and loaded with `podman import`; deploy/Dockerfile takes it as its
 BASE_IMAGE.  Both are cached: the base tar under ~/.cache/onceflow/containers, keyed by
 the mmdebstrap command, and the images in podman's storage, tagged with a hash of what
-they are built from, so a second run with the same sources builds nothing.
+they are built from (README.md aside), so a second run with the same sources builds
+nothing.
 """
 
 from __future__ import annotations
@@ -115,7 +116,10 @@ class Podman:
     def worker_image(self) -> str:
         """deploy/Dockerfile built on the Debian base (docker format: it keeps HEALTHCHECK)."""
         base = self.base_image()
-        files = source_files()
+        # README.md goes into the image only as the package's long description: an edit
+        # to the documentation alone does not make a new image to test (a build is about
+        # 70 s here, and the README changes with most commits).
+        files = [p for p in source_files() if p.name != "README.md" or p.parent != ROOT]
         key = digest(base.encode(), (ROOT / "deploy" / "Dockerfile").read_bytes(),
                      (ROOT / ".dockerignore").read_bytes(),
                      *(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes()
