@@ -16,7 +16,13 @@ measured alone and with little noise:
   document (what any runner must do).
 
 Each line prints CPU microseconds a document and its ratio to the replay's, from the same
-run.  Both runners must give the same multiset of journal outcomes and one output a unique
+run.  One difference from a real worker: in this process glibc hands the heap top back to
+the kernel between fetches and takes it back page by page (about 590,000 page faults in a
+worker run of 200,000 documents, 212,000 with 64 MiB kept by mallopt), while a real worker
+on bench/peers.py took about 35,000 a 100,000 documents, so the worker line here carries a
+microsecond or two a document that the worker does not pay (2026-11-26).
+
+Both runners must give the same multiset of journal outcomes and one output a unique
 uuid; the bench fails otherwise.
 
     .venv/bin/python bench/partition.py [--documents 200000] [--repeat 3] [--profile FILE]
