@@ -488,7 +488,7 @@ class PartitionWorker(ControlMixin):
         batch = self.batch
         if batch.conflicts(processor, doc):
             if batch.can_wait(processor):
-                batch.takes.append(Take(processor, doc, Sink(), waiting=True))
+                batch.add(Take(processor, doc, Sink(), waiting=True))
                 return
             await self.settle()
         sink = Sink()
@@ -542,21 +542,11 @@ class PartitionWorker(ControlMixin):
         batch = self.batch
         rt = self.rt
         if batch.runs:
-            # Processing entries (and delivery progress) become durable before any service
-            # runs.  Join changes wait for the completed entries: after a crash in between,
-            # the join is still open and a redelivered document can complete it again.
-            await flush_state(rt.sender, self.before_runs)
-            await run_services(batch.takes, rt.slots, rt.retry_sleep,
-                               rt.metrics.observe_service)
-            complete_runs(batch, self._hold_suspended)
-            await deliver_replies(rt, [t for t in batch.takes if not t.rolled_back])
+            await self._run_and_complete(batch)
             # Documents that waited for these runs, decided in their places; runs of theirs
             # go through the same steps before the documents behind them are decided.
             while fresh := decide_waiting(batch.takes, self._hold_suspended):
-                await flush_state(rt.sender, self.before_runs)
-                await run_services(fresh, rt.slots, rt.retry_sleep, rt.metrics.observe_service)
-                complete_runs(SubBatch(takes=fresh), self._hold_suspended)
-                await deliver_replies(rt, fresh)
+                await self._run_and_complete(SubBatch(takes=fresh))
         limit = rt.options.max_record_bytes
         for take in batch.takes:
             if not take.rolled_back:
@@ -574,6 +564,19 @@ class PartitionWorker(ControlMixin):
                 self.control[_TIME] = self._stored_now = now
         await self._flush()
         self.durable = self.handling  # the records before the one at hand
+
+    async def _run_and_complete(self, batch: SubBatch) -> None:
+        """Run the services of a sub-batch's runs and complete them in take order.
+
+        Processing entries (and delivery progress) become durable before any service
+        runs.  Join changes wait for the completed entries: after a crash in between, the
+        join is still open and a redelivered document can complete it again.
+        """
+        rt = self.rt
+        await flush_state(rt.sender, self.before_runs)
+        await run_services(batch.takes, rt.slots, rt.retry_sleep, rt.metrics.observe_service)
+        complete_runs(batch, self._hold_suspended)
+        await deliver_replies(rt, [t for t in batch.takes if not t.rolled_back])
 
     async def _flush(self) -> None:
         rt = self.rt
