@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate_lines, write_scenario  # noqa: E402
+from replay import run_replay  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,19 +52,12 @@ def build_base(revision: str, folder: Path) -> Path:
 
 
 def replay_cpu(scenario: Path, journal: Path, pythonpath: str | None) -> float:
-    """CPU seconds (user + system) of one `onceflow replay`, journal written to `journal`."""
+    """CPU seconds of one `onceflow replay`, with `pythonpath` first on the path if given."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    command = [str(Path(sys.executable).parent / "onceflow"), "replay", str(scenario)]
-    if hasattr(os, "sched_setaffinity"):
-        command = ["taskset", "-c", "0", *command]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    with journal.open("wb") as out:
-        subprocess.run(command, stdout=out, env=env, check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return run_replay(scenario, journal, env)[1]
 
 
 def main() -> None:

@@ -46,26 +46,33 @@ def baseline(path: Path, journal: list[dict[str, object]], sink: Path) -> float:
     return elapsed
 
 
+def run_replay(scenario: Path, journal: Path, env: dict[str, str] | None = None
+               ) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one `onceflow replay` of `scenario` into `journal`.
+
+    One core: the replay runs in one process, pinned where the OS allows.  `env`: the
+    command's environment (default: this process's).
+    """
+    command = [str(Path(sys.executable).parent / "onceflow"), "replay", str(scenario)]
+    if hasattr(os, "sched_setaffinity"):
+        command = ["taskset", "-c", "0", *command]
+    start = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with journal.open("wb") as out:
+        subprocess.run(command, stdout=out, env=env, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    elapsed = time.perf_counter() - start
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--documents", type=int, default=300_000)
     args = parser.parse_args()
-    onceflow = Path(sys.executable).parent / "onceflow"
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_scenario(Path(tmp) / "scenario", generate_lines(args.documents))
         journal = Path(tmp) / "journal.jsonl"
-        start = time.perf_counter()
-        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        with journal.open("wb") as out:
-            # One core: the replay runs in one process, pinned where the OS allows.
-            cmd = [str(onceflow), "replay", str(folder)]
-            if hasattr(os, "sched_setaffinity"):
-                cmd = ["taskset", "-c", "0", *cmd]
-            subprocess.run(cmd, stdout=out, check=True)
-        elapsed = time.perf_counter() - start
-        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime -
-                                                          cpu_before.ru_stime)
+        elapsed, cpu = run_replay(folder, journal)
         written = [orjson.loads(line) for line in journal.open("rb")]
         lines = len(written)
         floor = baseline(folder / "input.jsonl", written, Path(tmp) / "floor.jsonl")
