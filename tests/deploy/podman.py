@@ -119,7 +119,7 @@ class Podman:
         # README.md goes into the image only as the package's long description: an edit
         # to the documentation alone does not make a new image to test (a build is about
         # 70 s here, and the README changes with most commits).
-        files = [p for p in source_files() if p.name != "README.md" or p.parent != ROOT]
+        files = [p for p in source_files() if p != ROOT / "README.md"]
         key = digest(base.encode(), (ROOT / "deploy" / "Dockerfile").read_bytes(),
                      (ROOT / ".dockerignore").read_bytes(),
                      *(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes()
