@@ -35,9 +35,14 @@ def build_base(revision: str, folder: Path) -> Path:
     """The revision's wheel, unpacked: a folder to put first on PYTHONPATH."""
     source = folder / "source"
     source.mkdir()
+    if revision.startswith("-"):  # git would read it as an option (--output=...)
+        raise SystemExit(f"bench/compare.py: {revision!r} is not a revision")
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision],
-                             capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+                             capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"bench/compare.py: {revision!r} is not a revision of this "
+                         f"repository: {archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
     wheels = folder / "wheels"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
                             "--wheel-dir", str(wheels), str(source)],
