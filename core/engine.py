@@ -25,6 +25,21 @@ from .triggers import TriggerDef, TriggerSet
 DEAD_LETTER_TOPIC: Final = "onceflow.dead-letter"
 
 
+def keyed_dict() -> dict[str, Any]:
+    """An empty dict whose table keeps each key's hash beside it.
+
+    CPython gives a dict holding only str keys a compact table without hashes, so a lookup
+    that misses must read every probed key object to compare hashes: in a store of a few
+    hundred thousand keys each of those reads is a cache miss.  A dict that once held a
+    non-str key keeps the general table (hash stored in the entry) through every resize,
+    so the probe compares hashes in the table and touches a key only on a hash match.
+    Semantics are those of any dict.
+    """
+    table: dict[Any, Any] = {0: None}
+    del table[0]
+    return table
+
+
 class MemoryState:
     """Dict stores for every piece of state: replay, tests, one Spark group."""
 
@@ -33,8 +48,8 @@ class MemoryState:
 
     def __init__(self) -> None:
         self.progress: dict[str, Any] = {}
-        self.ids: dict[str, Any] = {}
-        self.volatile_ids: dict[str, Any] = {}
+        self.ids: dict[str, Any] = keyed_dict()
+        self.volatile_ids: dict[str, Any] = keyed_dict()
         self.history: dict[str, dict[str, Any]] = {}
         self.joins: dict[str, dict[str, Any]] = {}
 
@@ -44,11 +59,17 @@ class MemoryState:
 
     def history_store(self, trigger: str) -> Store:
         """A trigger's document history."""
-        return self.history.setdefault(trigger, {})
+        store = self.history.get(trigger)
+        if store is None:
+            store = self.history[trigger] = keyed_dict()
+        return store
 
     def join_store(self, trigger: str) -> Store:
         """A trigger's open joins."""
-        return self.joins.setdefault(trigger, {})
+        store = self.joins.get(trigger)
+        if store is None:
+            store = self.joins[trigger] = keyed_dict()
+        return store
 
 
 def load_callees(
