@@ -299,7 +299,7 @@ class Document:
     topic: str
     partition: int
     offset: int
-    message_id: str
+    given_message_id: str | None  # the header's; None: the record's coordinates
     delivery_count: int
     key: str | None
     headers: dict[str, str]
@@ -310,8 +310,9 @@ class Document:
 
     def __init__(self, type: str, identity: str, activation: str | None,
                  envelope: dict[str, Any], ts: Timestamp, topic: str, partition: int,
-                 offset: int, message_id: str, delivery_count: int, key: str | None = None,
-                 headers: dict[str, str] | None = None, position: int = 0) -> None:
+                 offset: int, message_id: str | None, delivery_count: int,
+                 key: str | None = None, headers: dict[str, str] | None = None,
+                 position: int = 0) -> None:
         self.type = type
         self.identity = identity
         self.activation = activation
@@ -320,11 +321,20 @@ class Document:
         self.topic = topic
         self.partition = partition
         self.offset = offset
-        self.message_id = message_id
+        self.given_message_id = message_id
         self.delivery_count = delivery_count
         self.key = key
         self.headers = {} if headers is None else headers
         self.position = position
+
+    @property
+    def message_id(self) -> str:
+        """The message-id header's value, else "<topic>/<partition>@<offset>".
+
+        Made when asked for: most documents carry a uuid and never need it.
+        """
+        given = self.given_message_id
+        return given if given is not None else f"{self.topic}/{self.partition}@{self.offset}"
 
     @property
     def body(self) -> Any:

@@ -121,6 +121,11 @@ class IdCache:
         return out
 
 
+def _message_id(record: Record, given: str | None) -> str:
+    """The record's message id: the header's (`given`), else its coordinates."""
+    return given if given is not None else f"{record.topic}/{record.partition}@{record.offset}"
+
+
 class DeliveryCounter:
     """Delivery counts from the header, or derived from per-partition progress.
 
@@ -236,23 +241,25 @@ class Ingress:
                     position, problem))
                 return None, (), problem
         topic = record.topic
-        message_id = (headers.get(H_MESSAGE_ID) if headers else None) or (
-            f"{topic}/{record.partition}@{record.offset}"
-        )
+        # The header's message id, else the coordinates: made only where needed (most
+        # records carry a uuid, and the document makes its own when asked).
+        given_id = (headers.get(H_MESSAGE_ID) if headers else None) or None
         value = record.value
         if headers or type(value) is dict:
             too_long = keys_too_long(headers, value)
             if too_long is not None:
                 uuid_seen, _ = envelope_fields(value)
                 journal.append(self._ingress_record(
-                    record, J.BAD_INPUT, uuid_seen or message_id, None, position, too_long))
+                    record, J.BAD_INPUT, uuid_seen or _message_id(record, given_id), None,
+                    position, too_long))
                 return None, (), too_long
         dup_id = headers.get(H_DUP_ID) if headers else None
         if dup_id is not None and self.cache(topic, record.partition).seen(
-                dup_id, message_id, record.offset, delivery_count):
+                dup_id, _message_id(record, given_id), record.offset, delivery_count):
             uuid_seen, activation_seen = envelope_fields(value)
             journal.append(self._ingress_record(
-                record, J.DUPLICATE_ID, uuid_seen or message_id, activation_seen, position,
+                record, J.DUPLICATE_ID, uuid_seen or _message_id(record, given_id),
+                activation_seen, position,
                 f"dup-id {dup_id!r} was already received on {topic}/{record.partition}",
             ))
             return None, (), None
@@ -272,12 +279,12 @@ class Ingress:
             except BadEnvelope as exc:
                 uuid_seen, activation_seen = envelope_fields(value)
                 journal.append(self._ingress_record(
-                    record, J.BAD_INPUT, uuid_seen or message_id, activation_seen, position,
-                    exc.reason,
+                    record, J.BAD_INPUT, uuid_seen or _message_id(record, given_id),
+                    activation_seen, position, exc.reason,
                 ))
                 return None, (), exc.reason
         doc_type = doc_type or topic
-        identity = uuid or message_id
+        identity = uuid or _message_id(record, given_id)
         activation = activation or None
         by_type = self._route_cache.get(topic)
         if by_type is None:
@@ -296,7 +303,7 @@ class Ingress:
             ))
             return None, (), reason
         document = Document(doc_type, identity, activation, value, record.ts, topic,
-                            record.partition, record.offset, message_id, delivery_count,
+                            record.partition, record.offset, given_id, delivery_count,
                             record.key, headers, position)
         return document, targets, None
 

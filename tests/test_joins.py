@@ -78,7 +78,7 @@ def test_a_redelivery_of_a_waiting_member_is_neither_joined_nor_discarded() -> N
     assert join.waiting(state, doc("a-1", "a", offset=3))  # the broker delivers it again
     assert not join.waiting(state, doc("a-1", "a", offset=4))  # a re-sent copy
     resent = doc("a-1", "a", offset=4)
-    resent.message_id, resent.delivery_count = "a/0@3", 2
+    resent.given_message_id, resent.delivery_count = "a/0@3", 2
     assert join.waiting(state, resent)  # a live replay's stand-in for a redelivery
     assert join.waiting(json.loads(json.dumps(state)), doc("a-1", "a", offset=3))
     assert not join.waiting(state, doc("b-1", "b", offset=3))
