@@ -7,6 +7,7 @@ contract fields of spec section 7 (trigger, outcome, identity, activation, ts).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -223,8 +224,9 @@ def test_cli_outputs_writes_one_file_per_topic(tmp_path: Path) -> None:
 
 
 def test_a_redelivery_line_without_a_value_takes_the_first_lines_value(tmp_path: Path) -> None:
-    # The reader keeps each offset's line, not its decoded value, and decodes it again
-    # for a redelivery that leaves the value out: the same value, "raw" text included.
+    # The reader keeps where each offset's line starts in the file, not its decoded value,
+    # and reads and decodes that line again for a redelivery that leaves the value out:
+    # the same value, "raw" text included.
     from onceflow.envelope import NotJson
     from onceflow.scenario import InputOffsets, parse_record_line, read_records
 
@@ -258,3 +260,76 @@ def test_a_redelivery_line_without_a_value_takes_the_first_lines_value(tmp_path:
     assert parse_record_line(lines[5], offsets).value == "seven"
     with pytest.raises(Exception, match="needs 'value' or 'raw'"):
         parse_record_line(lines[3], offsets)
+
+
+def test_redeliveries_reread_their_first_line_whatever_the_line_endings(tmp_path: Path) -> None:
+    # Positions count every byte: CRLF endings, blank lines, a line with multi-byte text
+    # and a last line without a newline.
+    from onceflow.scenario import InputOffsets, read_records
+
+    path = tmp_path / "input.jsonl"
+    text = ('{"ts": 1, "topic": "t", "value": {"uuid": "\u00e9t\u00e9", "s": "\\u00fc"}}\r\n'
+            "\r\n"
+            '{"ts": 2, "topic": "t", "value": "zw\u00f6lf \u2603"}\n'
+            '{"ts": 3, "topic": "t", "value": "d\u00e9j\u00e0"}\n'
+            '{"ts": 4, "topic": "t", "offset": 1}\r\n'
+            '{"ts": 5, "topic": "t", "offset": 0}\n'
+            '{"ts": 6, "topic": "t", "offset": 2}')
+    path.write_bytes(text.encode())
+    offsets = InputOffsets()
+    records = list(read_records(path, offsets))
+    assert [r.offset for r in records] == [0, 1, 2, 1, 0, 2]
+    assert records[3].value == "zw\u00f6lf \u2603"
+    assert records[4].value == {"uuid": "\u00e9t\u00e9", "s": "\u00fc"}
+    assert records[5].value == "d\u00e9j\u00e0"
+    # What is kept per offset is a position, not the line: from the first redelivery
+    # without a value on, for every line (the lines before it were read again for theirs).
+    assert offsets.indexed
+    data = text.encode()
+    assert offsets.lanes[("t", 0)].values == {0: 0, 1: data.index(b'{"ts": 2'),
+                                              2: data.index(b'{"ts": 3')}
+    # Without such a redelivery nothing is kept at all.
+    plain = tmp_path / "plain.jsonl"
+    plain.write_bytes(text.encode().split(b'{"ts": 4')[0])
+    kept = InputOffsets()
+    assert len(list(read_records(plain, kept))) == 3
+    assert not kept.indexed and kept.lanes[("t", 0)].values == {}
+    # Those positions are in this file: reading another with the same offsets is refused.
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(b'{"ts": 1, "topic": "t", "value": 1}\n')
+    with pytest.raises(ValueError, match="positions in"):
+        list(read_records(other, offsets))
+
+
+def test_a_pipe_is_read_once_and_its_redelivered_lines_are_kept(tmp_path: Path) -> None:
+    # A named pipe cannot be read again: the reader keeps the lines themselves.
+    import threading
+
+    from onceflow.scenario import InputOffsets, read_records
+
+    path = tmp_path / "input.jsonl"
+    os.mkfifo(path)
+    text = (b'{"ts": 1, "topic": "t", "value": {"uuid": "a"}}\n'
+            b'{"ts": 2, "topic": "t", "offset": 0}\n')
+    writer = threading.Thread(target=path.write_bytes, args=(text,))
+    writer.start()
+    offsets = InputOffsets()
+    records = list(read_records(path, offsets))
+    writer.join()
+    assert [r.value for r in records] == [{"uuid": "a"}, {"uuid": "a"}]
+    assert offsets.reread is None
+    assert all(type(v) is bytes for v in offsets.lanes[("t", 0)].values.values())
+
+
+def test_a_file_changed_under_the_reader_is_a_scenario_error(tmp_path: Path) -> None:
+    from onceflow.errors import ScenarioError
+    from onceflow.scenario import read_records
+
+    path = tmp_path / "input.jsonl"
+    path.write_bytes(b'{"ts": 1, "topic": "t", "value": 1}\n'
+                     b'{"ts": 2, "topic": "t", "offset": 0}\n')
+    records = read_records(path)
+    assert next(records).value == 1
+    path.write_bytes(b"not json any more\n" * 4)  # the rest is in the reader's buffer
+    with pytest.raises(ScenarioError, match="cannot be read again"):
+        next(records)
