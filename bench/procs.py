@@ -108,6 +108,10 @@ class TreeSampler:
     def total_cpu(self) -> float:
         return sum(self.cpu.values())
 
+    def cpu_of(self, marker: str) -> float:
+        """The CPU seconds of the processes whose command line holds `marker`."""
+        return sum(self.cpu[pid] for pid, command in self.command.items() if marker in command)
+
     def peak_of(self, marker: str) -> float:
         """The largest peak RSS among the processes whose command line holds `marker`."""
         return max((self.peak[pid] for pid, command in self.command.items()

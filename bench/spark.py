@@ -97,6 +97,8 @@ def main() -> None:
         # holds the "-m": with "worker_daemon" alone this line reported the JVM's RSS.
         worker_peak = tree.peak_of("-m onceflow.pipeline.worker_daemon")
         jvm_peak = tree.peak_of("java ")
+        worker_cpu = tree.cpu_of("-m onceflow.pipeline.worker_daemon")
+        jvm_cpu = tree.cpu_of("java ")
         summary = orjson.loads((output / "summary.json").read_bytes())
         spark_job = summary["seconds"]
         spark_lines = b"".join(p.read_bytes() for p in
@@ -129,6 +131,9 @@ def main() -> None:
     spark_us, replay_us = spark_cpu / n * 1e6, replay_cpu / n * 1e6
     print(f"CPU per document             {spark_us:>12.1f} us spark (every process of the "
           f"command, {spark_cpu:.1f} s), {replay_us:.1f} us replay ({replay_cpu:.1f} s)")
+    print(f"  of which                   {jvm_cpu / n * 1e6:>12.1f} us the JVM, "
+          f"{worker_cpu / n * 1e6:.1f} us the Python workers, the rest the driver "
+          f"(as sampled every 0.2 s)")
     print(f"ratio of CPU spark/replay    {spark_us / replay_us:>12.2f} (target <= 2: "
           f"{'met' if spark_us <= 2 * replay_us else 'NOT met'})")
     print(f"JVM peak RSS                 {jvm_peak:>12.0f} MiB")
