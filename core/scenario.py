@@ -135,7 +135,10 @@ class InputOffsets:
                         break
                     at, start = start, start + len(line)
                     if line.strip():
-                        parse_record_line(orjson.loads(line), again, "", line, at)
+                        item = orjson.loads(line)
+                        if type(item) is not dict:
+                            raise ScenarioError("expected a JSON object")
+                        parse_record_line(item, again, "", line, at)
         except (OSError, ValueError, ScenarioError) as exc:  # changed under the reader
             raise ScenarioError(f"the lines before byte {end} cannot be read again: {exc}"
                                 ) from None
