@@ -289,7 +289,7 @@ def parse_record_line(item: dict[str, Any], offsets: InputOffsets, where: str = 
             raise ScenarioError(f"{_at(where)}a record needs 'value' or 'raw'")
         value = lane.values[offset]
         if reread is not None:  # where the first line starts in the file
-            value = _line_value(offsets.line_at(value))
+            value = _reread_value(offsets.line_at(value), topic, partition, offset)
         elif type(value) is bytes:  # the first line's text (no JSON value decodes to bytes)
             value = _line_value(value)
     else:
@@ -311,6 +311,23 @@ def _line_value(line: bytes) -> Any:
     if "value" in item:
         return item["value"]
     return decode_value(item["raw"].encode("utf-8"))
+
+
+def _reread_value(line: bytes, topic: str, partition: int, offset: int) -> Any:
+    """The value of a line read again from the file, which must still be that record's.
+
+    A file changed under the reader is an error, not another record's value.
+    """
+    try:
+        item = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        item = None
+    if type(item) is not dict or item.get("topic") != topic or \
+            item.get("partition", 0) != partition or \
+            item.get("offset", offset) != offset or not ("value" in item or "raw" in item):
+        raise ScenarioError(f"the first line of {topic}/{partition}@{offset} changed in the "
+                            f"file while it was read")
+    return _line_value(line)
 
 
 _NUMBER: Final = (int, float)

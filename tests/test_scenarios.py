@@ -333,3 +333,34 @@ def test_a_file_changed_under_the_reader_is_a_scenario_error(tmp_path: Path) -> 
     path.write_bytes(b"not json any more\n" * 4)  # the rest is in the reader's buffer
     with pytest.raises(ScenarioError, match="cannot be read again"):
         next(records)
+
+
+def test_a_first_line_that_changed_in_the_file_is_not_taken_for_the_record(
+        tmp_path: Path) -> None:
+    # Offsets that point at a line which now holds another record: the redelivery is an
+    # error, not that record's value.
+    from onceflow.errors import ScenarioError
+    from onceflow.scenario import InputOffsets, parse_record_line
+
+    path = tmp_path / "input.jsonl"
+    path.write_bytes(b'{"ts": 1, "topic": "u", "value": 1}\n'
+                     b'{"ts": 1, "topic": "t", "partition": 1, "value": 2}\n'
+                     b'{"ts": 1, "topic": "t", "offset": 7, "value": 3}\n'
+                     b'{"ts": 1, "topic": "t", "offset": 0}\n'
+                     b'{"ts": 1, "topic": "t", "raw": "x"}\n'
+                     b"[]\n")
+    starts = [0]
+    for line in path.read_bytes().splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    offsets = InputOffsets()
+    offsets.reread, offsets.indexed = path, True
+    lane = offsets.lane("t", 0)
+    lane.top = 0
+    for start in starts[:4] + starts[5:6]:  # another topic, partition, offset, no value; bad
+        lane.values[0] = start
+        with pytest.raises(ScenarioError, match="changed in the file"):
+            parse_record_line({"ts": 2, "topic": "t", "offset": 0}, offsets, "", None, 999)
+    lane.values[0] = starts[4]  # the record's own line ("raw" counts as its value)
+    assert parse_record_line({"ts": 2, "topic": "t", "offset": 0}, offsets, "", None,
+                             999).value.text == "x"
+    offsets.close()
