@@ -124,9 +124,13 @@ def row_slices(batches: Iterator[pa.RecordBatch], columns: tuple[int, ...]
 
 
 def document_fields(doc: Document) -> tuple[Any, ...]:
-    """A document as plain values for the shuffle to the trigger stage."""
+    """A document as plain values for the shuffle to the trigger stage.
+
+    The message id goes as the header gave it (None: the record's coordinates, which the
+    document on the other side makes again if something asks for them).
+    """
     return (doc.type, doc.identity, doc.activation, doc.envelope, doc.ts, doc.topic,
-            doc.partition, doc.offset, doc.message_id, doc.delivery_count, doc.key,
+            doc.partition, doc.offset, doc.given_message_id, doc.delivery_count, doc.key,
             doc.headers, doc.position)
 
 
