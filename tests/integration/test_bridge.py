@@ -35,7 +35,7 @@ CRASH = Path(__file__).parent / "crash"
 RECORDS = 20_000
 OWN_DUP_IDS = 100  # records that carry a dup-id of their own: the bridge keeps it
 KILLS = 4
-KILL_AFTER = 2_500  # the bridge in place is killed each time the target holds this many more
+KILL_AFTER = 2_500  # the bridge in place is killed each time it has committed this many more
 BASE_MS = int(time.time() * 1000) - 3_600_000  # record timestamps: an hour ago, 1 ms apart
 
 
@@ -55,12 +55,27 @@ class BridgeProcess:
             start_new_session=True)
         return self
 
-    async def pause(self, target: TopicFollower) -> None:
-        """Stop the bridge (SIGSTOP) and let the follower catch up with what it sent."""
+    async def pause(self, target: TopicFollower, committed: Committed) -> int:
+        """Stop the bridge (SIGSTOP), let the follower catch up with what it sent, and
+        return how many records its group has committed on the source.
+
+        The follower's "caught up" compares with the end offset of its own last fetch,
+        which lags on a loaded machine: it must also hold at least the committed records
+        (they are all on the target) and have stopped counting up.
+        """
         assert self.process is not None
         os.killpg(self.process.pid, signal.SIGSTOP)
-        await asyncio.sleep(0.05)  # what it sent before it stopped reaches the target
-        await target.caught_up()
+        progress = sum(await committed.offsets())
+        deadline = time.monotonic() + 30
+        seen = -1
+        while True:
+            await asyncio.sleep(0.05)  # what it sent before it stopped reaches the target
+            await target.caught_up()
+            count = len(target.records)
+            if count >= progress and count == seen:
+                return progress
+            assert time.monotonic() < deadline, f"the follower holds {count} of {progress}"
+            seen = count
 
     def go_on(self) -> None:
         """Let a paused bridge go on (SIGCONT)."""
@@ -217,17 +232,19 @@ def test_a_bridge_killed_again_and_again_forwards_everything_once(
                     # Only a bridge that is up is killed: the follower of the target can
                     # lag, and catching up on what the killed bridge forwarded once made
                     # the count jump past the mark before the next bridge had started.
-                    # The marks are fixed (every KILL_AFTER records on the target): a mark
+                    # The marks are fixed (every KILL_AFTER records committed): a mark
                     # counted from the last kill's count could lie past the last record
                     # when the follower lagged, and the last kill never came.
                     if banners(tmp_path / "bridge.log") <= kills:
                         continue
-                    # The count is taken with the bridge stopped and the follower caught
-                    # up, so the bridge moves on in slices: on a loaded machine a lagging
-                    # follower once saw the first mark only when the bridge had forwarded
-                    # and committed every record, and no kill found one to send again.
-                    await bridge.pause(target)
-                    if len(target.records) < (kills + 1) * KILL_AFTER:
+                    # The bridge moves on in slices, stopped at each check, and its
+                    # progress is what its group has committed on the source (records it
+                    # committed are on the target): the count of a follower of the target
+                    # lags on a loaded machine (its "caught up" compares with the end
+                    # offset of its last fetch), and twice it saw the first mark only when
+                    # the bridge had forwarded and committed every record, so that no kill
+                    # found one to send again.
+                    if await bridge.pause(target, committed) < (kills + 1) * KILL_AFTER:
                         bridge.go_on()
                     else:
                         # Killed while it holds forwarded records it has not committed:
