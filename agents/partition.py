@@ -35,7 +35,14 @@ import orjson
 from aiokafka.errors import KafkaError
 from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC, build_processors, dead_letter
-from onceflow.envelope import Document, NotJson, Record, decode_value, envelope_fields
+from onceflow.envelope import (
+    Document,
+    NotJson,
+    Record,
+    coordinates,
+    decode_value,
+    envelope_fields,
+)
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_prefix, split_state_key, state_key
@@ -427,7 +434,8 @@ class PartitionWorker(ControlMixin):
 
     def where(self, delivery: wire.Delivery) -> str:
         """A record's coordinates: "<topic>/<partition>@<offset>" (topic without prefix)."""
-        return f"{self.rt.names.logical(delivery.topic)}/{delivery.partition}@{delivery.offset}"
+        return coordinates(self.rt.names.logical(delivery.topic), delivery.partition,
+                           delivery.offset)
 
     def bad_route_record(self, delivery: wire.Delivery, reason: str, *,
                          trigger: str | None = None) -> None:

@@ -243,8 +243,17 @@ _ROUNDER: Final = 6755399441055744.0  # 1.5 * 2**52
 _ROUNDS_EXACTLY: Final = 2251799813685248.0  # 2**51
 
 
+def coordinates(topic: str, partition: int, offset: int) -> str:
+    """A record's own message id: "<topic>/<partition>@<offset>".
+
+    The JMSMessageID analogue of a record without a message-id header.
+    """
+    return f"{topic}/{partition}@{offset}"
+
+
 # The classes made once or more per document write their __init__ out: compiled, a
 # dataclass-generated __init__ stays interpreted Python and costs several times more.
+
 
 @dataclass(init=False, slots=True)
 class Record:
@@ -274,7 +283,7 @@ class Record:
     @property
     def coordinates(self) -> str:
         """The record's own message id: "<topic>/<partition>@<offset>"."""
-        return f"{self.topic}/{self.partition}@{self.offset}"
+        return coordinates(self.topic, self.partition, self.offset)
 
     @property
     def message_id(self) -> str:
@@ -334,7 +343,8 @@ class Document:
         Made when asked for: most documents carry a uuid and never need it.
         """
         given = self.given_message_id
-        return given if given is not None else f"{self.topic}/{self.partition}@{self.offset}"
+        return given if given is not None else coordinates(self.topic, self.partition,
+                                                           self.offset)
 
     @property
     def body(self) -> Any:

@@ -123,7 +123,7 @@ class IdCache:
 
 def _message_id(record: Record, given: str | None) -> str:
     """The record's message id: the header's (`given`), else its coordinates."""
-    return given if given is not None else f"{record.topic}/{record.partition}@{record.offset}"
+    return given if given is not None else record.coordinates
 
 
 class DeliveryCounter:
