@@ -121,11 +121,6 @@ class IdCache:
         return out
 
 
-def _message_id(record: Record, given: str | None) -> str:
-    """The record's message id: the header's (`given`), else its coordinates."""
-    return given if given is not None else record.coordinates
-
-
 class DeliveryCounter:
     """Delivery counts from the header, or derived from per-partition progress.
 
@@ -241,8 +236,9 @@ class Ingress:
                     position, problem))
                 return None, (), problem
         topic = record.topic
-        # The header's message id, else the coordinates: made only where needed (most
-        # records carry a uuid, and the document makes its own when asked).
+        # The header's message id.  record.message_id (it, else the coordinates) is made
+        # only where needed: most records carry a uuid, and the document makes its own
+        # when asked.  Every header is text here (header_problem above), so the two agree.
         given_id = (headers.get(H_MESSAGE_ID) if headers else None) or None
         value = record.value
         if headers or type(value) is dict:
@@ -250,15 +246,15 @@ class Ingress:
             if too_long is not None:
                 uuid_seen, _ = envelope_fields(value)
                 journal.append(self._ingress_record(
-                    record, J.BAD_INPUT, uuid_seen or _message_id(record, given_id), None,
+                    record, J.BAD_INPUT, uuid_seen or record.message_id, None,
                     position, too_long))
                 return None, (), too_long
         dup_id = headers.get(H_DUP_ID) if headers else None
         if dup_id is not None and self.cache(topic, record.partition).seen(
-                dup_id, _message_id(record, given_id), record.offset, delivery_count):
+                dup_id, record.message_id, record.offset, delivery_count):
             uuid_seen, activation_seen = envelope_fields(value)
             journal.append(self._ingress_record(
-                record, J.DUPLICATE_ID, uuid_seen or _message_id(record, given_id),
+                record, J.DUPLICATE_ID, uuid_seen or record.message_id,
                 activation_seen, position,
                 f"dup-id {dup_id!r} was already received on {topic}/{record.partition}",
             ))
@@ -279,12 +275,12 @@ class Ingress:
             except BadEnvelope as exc:
                 uuid_seen, activation_seen = envelope_fields(value)
                 journal.append(self._ingress_record(
-                    record, J.BAD_INPUT, uuid_seen or _message_id(record, given_id),
+                    record, J.BAD_INPUT, uuid_seen or record.message_id,
                     activation_seen, position, exc.reason,
                 ))
                 return None, (), exc.reason
         doc_type = doc_type or topic
-        identity = uuid or _message_id(record, given_id)
+        identity = uuid or record.message_id
         activation = activation or None
         by_type = self._route_cache.get(topic)
         if by_type is None:
