@@ -127,19 +127,10 @@ class InputOffsets:
         assert self.reread is not None
         again = InputOffsets()
         again.reread, again.indexed = self.reread, True
-        start = 0
         try:
-            with self.reread.open("rb") as handle:
-                for line in handle:
-                    if start >= end:
-                        break
-                    at, start = start, start + len(line)
-                    if line.strip():
-                        item = orjson.loads(line)
-                        if type(item) is not dict:
-                            raise ScenarioError("expected a JSON object")
-                        parse_record_line(item, again, "", line, at)
-        except (OSError, ValueError, ScenarioError) as exc:  # changed under the reader
+            for _ in read_records(self.reread, again, end):
+                pass
+        except (OSError, ScenarioError) as exc:  # the file changed under the reader
             raise ScenarioError(f"the lines before byte {end} cannot be read again: {exc}"
                                 ) from None
         for (topic, partition), lane in again.lanes.items():
@@ -189,10 +180,12 @@ class _Lane:
         self.wanted = wanted  # the offsets whose values are kept; None: every offset
 
 
-def read_records(path: Path, offsets: InputOffsets | None = None) -> Iterator[Record]:
+def read_records(path: Path, offsets: InputOffsets | None = None, end: int = -1
+                 ) -> Iterator[Record]:
     """Records of an input.jsonl in file order, with partitions and offsets filled in.
 
-    The caller may own `offsets`, to keep what was read beyond the iteration.
+    The caller may own `offsets`, to keep what was read beyond the iteration.  With `end`
+    >= 0, the reading stops before the line that starts at or after byte `end`.
     """
     if offsets is None:
         offsets = InputOffsets()
@@ -215,6 +208,8 @@ def read_records(path: Path, offsets: InputOffsets | None = None) -> Iterator[Re
                 for line in lines:
                     number += 1
                     start = at
+                    if 0 <= end <= start:
+                        return
                     at += len(line)
                     try:
                         item = loads(line)
@@ -307,7 +302,11 @@ def parse_record_line(item: dict[str, Any], offsets: InputOffsets, where: str = 
 
 def _line_value(line: bytes) -> Any:
     """The value of a line that was read before (it had a value or raw text)."""
-    item = orjson.loads(line)
+    return _item_value(orjson.loads(line))
+
+
+def _item_value(item: dict[str, Any]) -> Any:
+    """The value of a decoded line that has a value or raw text."""
     if "value" in item:
         return item["value"]
     return decode_value(item["raw"].encode("utf-8"))
@@ -324,10 +323,11 @@ def _reread_value(line: bytes, topic: str, partition: int, offset: int) -> Any:
         item = None
     if type(item) is not dict or item.get("topic") != topic or \
             item.get("partition", 0) != partition or \
-            item.get("offset", offset) != offset or not ("value" in item or "raw" in item):
+            item.get("offset", offset) != offset or \
+            not ("value" in item or type(item.get("raw")) is str):
         raise ScenarioError(f"the first line of {topic}/{partition}@{offset} changed in the "
                             f"file while it was read")
-    return _line_value(line)
+    return _item_value(item)
 
 
 _NUMBER: Final = (int, float)

@@ -348,7 +348,8 @@ def test_a_first_line_that_changed_in_the_file_is_not_taken_for_the_record(
                      b'{"ts": 1, "topic": "t", "offset": 7, "value": 3}\n'
                      b'{"ts": 1, "topic": "t", "offset": 0}\n'
                      b'{"ts": 1, "topic": "t", "raw": "x"}\n'
-                     b"[]\n")
+                     b"[]\n"
+                     b'{"ts": 1, "topic": "t", "raw": 5}\n')
     starts = [0]
     for line in path.read_bytes().splitlines(keepends=True):
         starts.append(starts[-1] + len(line))
@@ -356,7 +357,8 @@ def test_a_first_line_that_changed_in_the_file_is_not_taken_for_the_record(
     offsets.reread, offsets.indexed = path, True
     lane = offsets.lane("t", 0)
     lane.top = 0
-    for start in starts[:4] + starts[5:6]:  # another topic, partition, offset, no value; bad
+    # Another topic, partition or offset, no value, not an object, raw text that is not text.
+    for start in starts[:4] + starts[5:7]:
         lane.values[0] = start
         with pytest.raises(ScenarioError, match="changed in the file"):
             parse_record_line({"ts": 2, "topic": "t", "offset": 0}, offsets, "", None, 999)
