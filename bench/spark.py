@@ -95,10 +95,9 @@ def main() -> None:
         # The Python workers run `python -m onceflow.pipeline.worker_daemon`; the JVM's
         # command line names that module too (spark.python.daemon.module), so the marker
         # holds the "-m": with "worker_daemon" alone this line reported the JVM's RSS.
-        worker_peak = tree.peak_of("-m onceflow.pipeline.worker_daemon")
-        jvm_peak = tree.peak_of("java ")
-        worker_cpu = tree.cpu_of("-m onceflow.pipeline.worker_daemon")
-        jvm_cpu = tree.cpu_of("java ")
+        worker, jvm = "-m onceflow.pipeline.worker_daemon", "java "
+        worker_peak, jvm_peak = tree.peak_of(worker), tree.peak_of(jvm)
+        worker_cpu, jvm_cpu = tree.cpu_of(worker), tree.cpu_of(jvm)
         summary = orjson.loads((output / "summary.json").read_bytes())
         spark_job = summary["seconds"]
         spark_lines = b"".join(p.read_bytes() for p in
