@@ -17,7 +17,7 @@ from .ingress import Ingress
 from .journal import JournalRecord
 from .partition import HeldInMemory, Partition
 from .processor import HELD, Output, Run, Sink, TriggerProcessor, _Held
-from .running import run_service
+from .running import AwaitRunner, run_service
 from .scripted import RESOLVERS, SERVICES
 from .store import Store
 from .triggers import TriggerDef, TriggerSet
@@ -161,10 +161,13 @@ class Engine:
         )
         self.holding = HeldInMemory([t.name for t in triggers.triggers])
         self.partition = Partition(self.processors, self.holding)
-        # An asyncio event loop, made on the first async service (asyncio is imported
-        # then: a replay of synchronous services never pays its 20 ms of imports).
-        self._loop: Any = None
-        self._run_coroutine = run_coroutine or self._run_in_loop
+        # Async services run in an event loop of their own, made on the first one.  The
+        # loop lives in a holder, not on the engine: a bound method of the engine kept on
+        # the engine made a reference cycle, so all of its state (every history entry
+        # and open join) waited for a full collection to be freed (Spark's reused Python
+        # workers run one after each task).
+        self._loop = AwaitRunner()
+        self._run_coroutine = run_coroutine or self._loop.run
 
     @property
     def now(self) -> float | None:
@@ -288,17 +291,5 @@ class Engine:
 
     def close(self) -> None:
         """Release the event loop used for async services."""
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
+        self._loop.close()
 
-    def _run_in_loop(self, awaitable: Awaitable[Any]) -> Any:
-        if self._loop is None:
-            import asyncio
-
-            self._loop = asyncio.new_event_loop()
-
-        async def wait() -> Any:
-            return await awaitable
-
-        return self._loop.run_until_complete(wait())

@@ -134,6 +134,36 @@ def _with_attempt(context: CallContext, attempt: int) -> CallContext:
                        context.delivery_count, attempt, context.message_id, context.history)
 
 
+class AwaitRunner:
+    """The event loop in which a synchronous runner runs async services, made when needed.
+
+    asyncio is imported then: a replay of synchronous services never pays its 20 ms of
+    imports.  Keep one where the runner's state is not: a runner holding a bound method
+    of itself is a reference cycle, and all its state would wait for a full collection.
+    """
+
+    def __init__(self) -> None:
+        self._loop: Any = None
+
+    def run(self, awaitable: Awaitable[Any]) -> Any:
+        """Run one awaitable to its end in this runner's loop."""
+        if self._loop is None:
+            import asyncio
+
+            self._loop = asyncio.new_event_loop()
+
+        async def wait() -> Any:
+            return await awaitable
+
+        return self._loop.run_until_complete(wait())
+
+    def close(self) -> None:
+        """Close the loop, if one was made."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+
 def _run_alone(awaitable: Awaitable[Any]) -> Any:
     import asyncio
 

@@ -18,13 +18,13 @@ whether it is a TransientError.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 from onceflow.calls import CallContext, Callee
 from onceflow.errors import TransientError
+from onceflow.running import AwaitRunner
 from onceflow.triggers import ON_FAILURE_SUSPEND, TriggerSet
 
 from .rows import json_default
@@ -71,7 +71,7 @@ class CallBook:
         self.position = -1
         self.kept: Record = {}
         self._taken: dict[tuple[str, int], int] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = AwaitRunner()
 
     def wrap(self, callees: dict[str, tuple[Callee, Callee | None]]
              ) -> dict[str, tuple[Callee, Callee | None]]:
@@ -100,7 +100,7 @@ class CallBook:
         try:
             value = callee.call(document, context)
             if callee.is_async:
-                value = self._await(value)
+                value = self._loop.run(value)
         except Exception as exc:
             if self.record:
                 self.kept.setdefault(key, []).append(
@@ -136,15 +136,6 @@ class CallBook:
             return _Answer(outcome[1])
         return outcome[1]
 
-    def _await(self, awaitable: Any) -> Any:
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-
-        async def wait() -> Any:
-            return await awaitable
-
-        return self._loop.run_until_complete(wait())
-
     def take(self) -> Iterator[tuple[str, int, str]]:
         """The record kept so far, as (trigger, position, JSON text) rows."""
         kept, self.kept = self.kept, {}
@@ -153,9 +144,7 @@ class CallBook:
 
     def close(self) -> None:
         """Release the event loop used for async services."""
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
+        self._loop.close()
 
 
 def read_record(rows: Iterator[tuple[str, int, str]]) -> Record:
