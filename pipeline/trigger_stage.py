@@ -83,11 +83,14 @@ class TriggerStage:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Run this task's documents through the engine, in position order."""
-        if self.results_dir is not None:
-            yield from write_results((out.take() for out in self._results(batches)),
-                                     self.results_dir)
-        else:
-            yield from (out.batch() for out in self._results(batches))
+        # The collector comes back once the engine is gone (the results generator frees
+        # it when it ends): back any earlier, its first pass would walk the whole state.
+        with paused_gc():
+            if self.results_dir is not None:
+                yield from write_results((out.take() for out in self._results(batches)),
+                                         self.results_dir)
+            else:
+                yield from (out.batch() for out in self._results(batches))
 
     def _results(self, batches: Iterator[pa.RecordBatch]) -> Iterator[ResultBuilder]:
         """The task's results, whenever enough of them are ready to be taken."""
@@ -97,8 +100,7 @@ class TriggerStage:
         engine = Engine(triggers, callees=book.wrap(load_callees(triggers, base_dir)),
                         base_dir=base_dir)
         try:
-            with paused_gc():
-                yield from self._run(engine, book, triggers, batches)
+            yield from self._run(engine, book, triggers, batches)
         finally:
             engine.close()
             book.close()
