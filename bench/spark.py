@@ -28,21 +28,16 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
+from onceflow.journal import contract_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate_lines, write_scenario  # noqa: E402
 from procs import TreeSampler  # noqa: E402
 
-FIELDS = ("trigger", "outcome", "identity", "activation", "ts")
-
 
 def journal_multiset(lines: list[bytes]) -> Counter[tuple[object, ...]]:
-    counts: Counter[tuple[object, ...]] = Counter()
-    for line in lines:
-        if line.strip():
-            record = orjson.loads(line)
-            counts[tuple(record[f] for f in FIELDS) + (type(record["ts"]).__name__,)] += 1
-    return counts
+    """A journal's lines as the multiset the replay contract compares."""
+    return Counter(contract_key(orjson.loads(line)) for line in lines if line.strip())
 
 
 def class_data_state() -> str:

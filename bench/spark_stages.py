@@ -42,7 +42,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from onceflow.app.replay import replay_scenario, write_journal
-from onceflow.journal import JournalRecord
+from onceflow.journal import JournalRecord, contract_key
 from onceflow.pipeline.ingress_stage import IngressStage
 from onceflow.pipeline.local_output import JOURNAL_LINES
 from onceflow.pipeline.plan import make_slots
@@ -55,17 +55,10 @@ from onceflow.triggers import TriggerSet
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate_lines, write_scenario  # noqa: E402
 
-FIELDS = ("trigger", "outcome", "identity", "activation", "ts")
-
 
 def contract(lines: Iterable[bytes]) -> Counter[tuple[Any, ...]]:
-    """A journal as the multiset of its contract fields (and the type of ts)."""
-    counts: Counter[tuple[Any, ...]] = Counter()
-    for line in lines:
-        if line.strip():
-            record = orjson.loads(line)
-            counts[tuple(record[f] for f in FIELDS) + (type(record["ts"]).__name__,)] += 1
-    return counts
+    """A journal's lines as the multiset the replay contract compares."""
+    return Counter(contract_key(orjson.loads(line)) for line in lines if line.strip())
 
 
 def sorted_rows(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch]:

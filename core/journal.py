@@ -115,15 +115,21 @@ class JournalRecord:
         )
 
 
+# The fields of a journal record that `onceflow replay`'s output is compared on (spec
+# section 7), in that order.
+CONTRACT_FIELDS: Final = ("trigger", "outcome", "identity", "activation", "ts")
+
+
 def contract_key(record: dict[str, Any]) -> tuple[Any, ...]:
-    """The five fields the replay contract compares, as a hashable tuple."""
-    return (
-        record.get("trigger"),
-        record.get("outcome"),
-        record.get("identity"),
-        record.get("activation"),
-        record.get("ts"),
-    )
+    """A journal record (as a dict) as the contract compares it: a hashable tuple.
+
+    The five contract fields, then the type of ts: an integer ts stays an integer, so 5
+    and 5.0 are different journal lines though Python finds them equal.  Every runner's
+    journal is held to the replay's as a multiset of these keys (tests, benches).
+    """
+    ts = record.get("ts")
+    return (record.get("trigger"), record.get("outcome"), record.get("identity"),
+            record.get("activation"), ts, type(ts).__name__)
 
 
 def summary_table(records: Iterable[dict[str, Any]]) -> str:

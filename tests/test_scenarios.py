@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from onceflow.app.replay import replay_scenario
 from onceflow.errors import ConfigError
+from onceflow.journal import CONTRACT_FIELDS, contract_key
 from onceflow.scenario import load_scenario
 
-FIELDS = ("trigger", "outcome", "identity", "activation", "ts")
 HERE = Path(__file__).parent
 OWN = HERE / "scenarios"
 SHARED = Path(__file__).parents[2] / "shared" / "examples"
@@ -32,15 +32,9 @@ def scenario_dirs(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if (p / "triggers.toml").exists())
 
 
-def five(record: dict) -> tuple:
-    # The ts type is part of the key (design 9: an int ts stays an int), so 5 and 5.0
-    # would not compare equal here even though they do in Python.
-    return tuple(record[f] for f in FIELDS) + (type(record["ts"]).__name__,)
-
-
 def read_expected(folder: Path) -> Counter:
     lines = (folder / "expected.jsonl").read_text(encoding="utf-8").splitlines()
-    return Counter(five(json.loads(line)) for line in lines if line.strip())
+    return Counter(contract_key(json.loads(line)) for line in lines if line.strip())
 
 
 def describe(expected: Counter, got: Counter) -> str:
@@ -71,7 +65,7 @@ def expect_failure_if_marked(folder: Path, request: pytest.FixtureRequest) -> No
 def test_own_scenario(folder: Path, request: pytest.FixtureRequest) -> None:
     expect_failure_if_marked(folder, request)
     journal, _, _ = replay_scenario(load_scenario(folder))
-    got = Counter(five(r.as_dict()) for r in journal)
+    got = Counter(contract_key(r.as_dict()) for r in journal)
     expected = read_expected(folder)
     assert got == expected, describe(expected, got)
 
@@ -80,7 +74,7 @@ def test_own_scenario(folder: Path, request: pytest.FixtureRequest) -> None:
 @pytest.mark.parametrize("folder", scenario_dirs(SHARED), ids=lambda p: p.name)
 def test_shared_example(folder: Path) -> None:
     journal, _, _ = replay_scenario(load_scenario(folder))
-    got = Counter(five(r.as_dict()) for r in journal)
+    got = Counter(contract_key(r.as_dict()) for r in journal)
     expected = read_expected(folder)
     assert got == expected, describe(expected, got)
 
@@ -90,7 +84,7 @@ def test_every_journal_record_has_the_contract_fields() -> None:
         journal, _, _ = replay_scenario(load_scenario(folder))
         for record in journal:
             data = record.as_dict()
-            assert set(FIELDS) <= set(data)
+            assert set(CONTRACT_FIELDS) <= set(data)
             assert data["activation"] is None or isinstance(data["activation"], str)
 
 
@@ -110,7 +104,7 @@ def test_cli_replay_prints_the_expected_journal(name: str) -> None:
     done = run_cli("replay", str(folder))
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    got = Counter(five(line) for line in lines)
+    got = Counter(contract_key(line) for line in lines)
     expected = read_expected(folder)
     assert got == expected, describe(expected, got)
 
@@ -122,7 +116,7 @@ def test_cli_replay_of_a_shared_example() -> None:
     for folder in folders:
         done = run_cli("replay", str(folder))
         assert done.returncode == 0, done.stderr
-        got = Counter(five(json.loads(line)) for line in done.stdout.splitlines() if line)
+        got = Counter(contract_key(json.loads(line)) for line in done.stdout.splitlines() if line)
         assert got == read_expected(folder)
 
 
@@ -210,7 +204,7 @@ def test_cli_outputs_writes_one_file_per_topic(tmp_path: Path) -> None:
     done = run_cli("replay", "--outputs", str(out), str(OWN / "service_fatal"))
     assert done.returncode == 0, done.stderr
     # The journal is still printed in full.
-    got = Counter(five(json.loads(line)) for line in done.stdout.splitlines() if line)
+    got = Counter(contract_key(json.loads(line)) for line in done.stdout.splitlines() if line)
     assert got == read_expected(OWN / "service_fatal")
     files = sorted(p.name for p in out.iterdir())
     assert files == ["billing.error.jsonl", "billing.out.jsonl", "nohistory.error.jsonl"]

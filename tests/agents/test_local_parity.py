@@ -15,16 +15,12 @@ import pytest
 from onceflow.agents import wire
 from onceflow.app.feed import JournalMapper, feed, seed_message, seed_partitions
 from onceflow.app.replay import replay_scenario
+from onceflow.journal import contract_key
 from onceflow.scenario import load_scenario
 
 from .cluster import LocalCluster
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
-FIELDS = ("trigger", "outcome", "identity", "activation", "ts")
-
-
-def five(line: dict) -> tuple:
-    return tuple(line[f] for f in FIELDS) + (type(line["ts"]).__name__,)
 
 
 async def run_local(folder: Path, partitions: int = 4) -> list[dict]:
@@ -65,7 +61,7 @@ async def test_partitions_match_replay(folder: Path) -> None:
     if (folder / "XFAIL").exists():
         pytest.skip("the core is known to get this scenario wrong")
     journal, _, _ = replay_scenario(load_scenario(folder))
-    expected = Counter(five(r.as_dict()) for r in journal)
-    got = Counter(five(line) for line in await run_local(folder))
+    expected = Counter(contract_key(r.as_dict()) for r in journal)
+    got = Counter(contract_key(line) for line in await run_local(folder))
     assert got == expected, (
         f"missing: {expected - got}\nunexpected: {got - expected}")

@@ -20,6 +20,7 @@ from onceflow.app.live import LiveRun, live_env, run_live
 from onceflow.app.replay import replay_scenario
 from onceflow.app.settings import WorkerSettings
 from onceflow.errors import OnceflowError
+from onceflow.journal import contract_key
 from onceflow.scenario import load_scenario
 
 pytestmark = pytest.mark.integration
@@ -29,12 +30,7 @@ SCENARIOS = sorted(p for p in (HERE / "scenarios").iterdir() if (p / "triggers.t
 SHARED = Path(__file__).parents[3] / "shared" / "examples"
 EXAMPLES = sorted(p for p in SHARED.iterdir() if (p / "triggers.toml").exists()) \
     if SHARED.is_dir() else []
-FIELDS = ("trigger", "outcome", "identity", "activation", "ts")
 AT_ONCE = 6
-
-
-def five(line: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(line[f] for f in FIELDS) + (type(line["ts"]).__name__,)
 
 
 async def _run_one(folder: Path, bootstrap: str, gate: asyncio.Semaphore) -> Any:
@@ -72,8 +68,8 @@ def test_live_journal_equals_replay(folder: Path, live_journals: dict[str, Any])
     if isinstance(result, Exception):
         raise result
     journal, _, _ = replay_scenario(load_scenario(folder))
-    expected = Counter(five(r.as_dict()) for r in journal)
-    got = Counter(five(line) for line in result)
+    expected = Counter(contract_key(r.as_dict()) for r in journal)
+    got = Counter(contract_key(line) for line in result)
     assert got == expected, f"missing: {expected - got}\nunexpected: {got - expected}"
 
 

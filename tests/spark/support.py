@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from onceflow.journal import contract_key
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "tests" / "scenarios"
 SHARED = ROOT.parent / "shared" / "examples"
-FIELDS = ("trigger", "outcome", "identity", "activation", "ts")
 
 if str(ROOT / "bench") not in sys.path:
     sys.path.insert(0, str(ROOT / "bench"))
@@ -24,10 +24,5 @@ def scenario_dirs(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if (p / "triggers.toml").exists())
 
 
-def five(record: dict[str, Any]) -> tuple[Any, ...]:
-    """The contract fields, with the type of ts (an int ts stays an int)."""
-    return tuple(record[f] for f in FIELDS) + (type(record["ts"]).__name__,)
-
-
 def multiset(lines: list[bytes]) -> Counter[tuple[Any, ...]]:
-    return Counter(five(orjson.loads(line)) for line in lines if line.strip())
+    return Counter(contract_key(orjson.loads(line)) for line in lines if line.strip())

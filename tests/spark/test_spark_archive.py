@@ -12,13 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from onceflow.app.replay import replay_scenario
+from onceflow.journal import contract_key
 from onceflow.pipeline.archive import list_archive
 from onceflow.pipeline.plan import ReplayPlan
 from onceflow.pipeline.replay import document_lines, journal_lines, replay_in_memory
 from onceflow.scenario import load_scenario
 from onceflow.triggers import load_triggers
 
-from .support import five, multiset
+from .support import multiset
 
 pytestmark = pytest.mark.spark
 
@@ -42,7 +43,7 @@ def expected_journal(folder: Path, lines: list[bytes]) -> Counter[tuple[Any, ...
     (scenario / "triggers.toml").write_text((folder / "triggers.toml").read_text())
     (scenario / "input.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     journal, _, _ = replay_scenario(load_scenario(scenario))
-    return Counter(five(record.as_dict()) for record in journal)
+    return Counter(contract_key(record.as_dict()) for record in journal)
 
 
 def run(spark: Any, folder: Path, archive: Path) -> tuple[Any, Counter[tuple[Any, ...]]]:

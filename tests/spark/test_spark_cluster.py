@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from onceflow.app.broker import free_port
 from onceflow.app.replay import replay_scenario
+from onceflow.journal import contract_key
 from onceflow.scenario import load_scenario
 
-from .support import five, multiset
+from .support import multiset
 
 pytestmark = pytest.mark.spark
 
@@ -142,7 +143,7 @@ def test_replay_and_audit_on_a_standalone_cluster(cluster: str, archive: Path,
     lines = [line for part in sorted((output / "journal.jsonl").glob("part-*"))
              for line in part.read_bytes().splitlines() if line]
     journal, _, _ = replay_scenario(load_scenario(archive))
-    expected = Counter(five(record.as_dict()) for record in journal)
+    expected = Counter(contract_key(record.as_dict()) for record in journal)
     got = multiset(lines)
     assert got == expected, f"missing: {expected - got}\nunexpected: {got - expected}"
     assert not (output / "_results").exists()

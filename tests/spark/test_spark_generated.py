@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from onceflow.app.replay import replay_scenario
-from onceflow.journal import JournalRecord
+from onceflow.journal import JournalRecord, contract_key
 from onceflow.pipeline.archive import list_archive
 from onceflow.pipeline.audit import Auditor
 from onceflow.pipeline.plan import ReplayPlan
@@ -20,7 +20,7 @@ from onceflow.pipeline.session import Progress
 from onceflow.processor import Output
 from onceflow.scenario import load_scenario
 
-from .support import five, multiset
+from .support import multiset
 
 pytestmark = pytest.mark.spark
 
@@ -81,7 +81,7 @@ def test_spark_journal_equals_the_replay_journal(
     spark: Any, spark_output: Path, replayed: tuple[list[JournalRecord], list[Output]]
 ) -> None:
     journal, _ = replayed
-    expected = Counter(five(record.as_dict()) for record in journal)
+    expected = Counter(contract_key(record.as_dict()) for record in journal)
     got = multiset(journal_lines(spark_output))
     assert len(journal) > DOCUMENTS
     assert got == expected, f"missing: {expected - got}\nunexpected: {got - expected}"

@@ -11,13 +11,14 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from onceflow.app.replay import replay_scenario
+from onceflow.journal import contract_key
 from onceflow.pipeline.archive import list_archive
 from onceflow.pipeline.plan import ReplayPlan
 from onceflow.pipeline.replay import journal_lines, replay_in_memory, replay_to_files
 from onceflow.pipeline.session import Progress
 from onceflow.scenario import load_scenario
 
-from .support import SCENARIOS, SHARED, five, multiset, scenario_dirs
+from .support import SCENARIOS, SHARED, multiset, scenario_dirs
 
 pytestmark = pytest.mark.spark
 
@@ -36,7 +37,7 @@ def test_scenario_through_spark_equals_replay(spark: Any, folder: Path) -> None:
         ReplayPlan(scenario.triggers, str(folder), scenario.history, partitions=2))
     got = multiset(journal_lines(table))
     journal, _, engine = replay_scenario(scenario)
-    expected = Counter(five(record.as_dict()) for record in journal)
+    expected = Counter(contract_key(record.as_dict()) for record in journal)
     assert got == expected, (f"missing: {expected - got}\nunexpected: {got - expected}")
     held = {name: len(docs) for name, docs in engine.held.items() if docs}
     assert summary.held == held
@@ -71,7 +72,7 @@ def test_output_folder_of_a_suspending_scenario(spark: Any, tmp_path: Path,
     journal, outputs, _ = replay_scenario(scenario)
     lines = [line for part in sorted((output / "journal.jsonl").glob("part-*"))
              for line in part.read_bytes().splitlines()]
-    assert multiset(lines) == Counter(five(record.as_dict()) for record in journal)
+    assert multiset(lines) == Counter(contract_key(record.as_dict()) for record in journal)
     parquet = pq.read_table(output / "journal.parquet")
     assert parquet.num_rows == len(journal)
     assert sorted(parquet.column("json").to_pylist()) == sorted(x.decode() for x in lines)
@@ -116,8 +117,8 @@ def test_cli_replay_spark_prints_the_expected_journal(
     folder = SCENARIOS / "and_join_expire"
     assert main(["replay", "--spark", str(folder)]) == 0
     stdout = capsysbinary.readouterr().out.decode()
-    got = Counter(five(json.loads(line)) for line in stdout.splitlines() if line)
-    expected = Counter(five(json.loads(line)) for line in
+    got = Counter(contract_key(json.loads(line)) for line in stdout.splitlines() if line)
+    expected = Counter(contract_key(json.loads(line)) for line in
                        (folder / "expected.jsonl").read_text().splitlines() if line.strip())
     assert got == expected
 
@@ -168,5 +169,5 @@ def test_a_suspending_run_calls_each_service_once_as_replay_does(spark: Any,
                                                  partitions=2))
     assert summary.passes == 2 and summary.held == {"logged": 1}
     assert sorted(log.read_text().split()) == replay_log
-    assert multiset(journal_lines(table)) == Counter(five(r.as_dict()) for r in journal)
+    assert multiset(journal_lines(table)) == Counter(contract_key(r.as_dict()) for r in journal)
     assert [r.outcome for r in journal if r.identity == "c2"] == ["suspended"]
