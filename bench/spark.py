@@ -13,7 +13,7 @@ joins over 3 types, 1% bad input), runs both commands in this run, and prints:
 The machine's load average is printed too: on a shared machine the rates move with it.
 So is whether the run found the archive of Spark's classes that the first local run on a
 machine writes (docs/spark.md, "Local runs"): without it the JVM starts about 2.5 s
-slower, and the run that writes it takes about 10 s more.
+slower, and the run that writes it takes 10-20 s more.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def class_data_state() -> str:
     folder = Path(class_data_folder())
     if any(folder.glob("spark-*.jsa")):
         return f"present in {folder} (written by an earlier run)"
-    return f"absent: this run writes it into {folder} (once, about 10 s more)"
+    return f"absent: this run writes it into {folder} (once, 10-20 s more)"
 
 
 def cpu_seconds() -> float:
