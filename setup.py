@@ -122,7 +122,9 @@ class ParallelBuildExt(build_ext):
     def build_extension(self, ext: Any) -> None:
         """Build one extension, its C files compiled on a thread pool."""
         compiler = self.compiler
-        jobs = int(os.environ.get("ONCEFLOW_BUILD_JOBS") or len(os.sched_getaffinity(0)))
+        usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                  else os.cpu_count() or 1)
+        jobs = int(os.environ.get("ONCEFLOW_BUILD_JOBS") or usable)
         if jobs <= 1 or len(ext.sources) <= 1:
             super().build_extension(ext)
             return
