@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -26,22 +27,13 @@ from .security import Cluster, as_cluster, started
 async def read_topic(where: Cluster | str, topic: str, *, timeout: float = 30.0
                      ) -> list[Any]:
     """Every record of a topic, from the beginning to its current end."""
-    cluster = as_cluster(where)
-    consumer = await started(AIOKafkaConsumer(
-        enable_auto_commit=False, fetch_max_wait_ms=50, max_partition_fetch_bytes=8 << 20,
-        **cluster.client_kwargs()), cluster)
-    try:
-        partitions = await _partitions(consumer, topic)
-        if not partitions:
+    async with _assigned(where, topic, 8 << 20) as (consumer, tps):
+        if not tps:
             return []
-        tps = [TopicPartition(topic, p) for p in partitions]
-        consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         records: list[Any] = []
         await _read_to_end(consumer, tps, timeout, records.extend)
         return records
-    finally:
-        await consumer.stop()
 
 
 async def read_tail(where: Cluster | str, topic: str, last: int, *, timeout: float = 5.0
@@ -55,16 +47,9 @@ async def read_tail(where: Cluster | str, topic: str, last: int, *, timeout: flo
     """
     if last <= 0:
         return []
-    cluster = as_cluster(where)
-    consumer = await started(AIOKafkaConsumer(
-        enable_auto_commit=False, fetch_max_wait_ms=50, max_partition_fetch_bytes=1 << 20,
-        **cluster.client_kwargs()), cluster)
-    try:
-        partitions = await _partitions(consumer, topic)
-        if not partitions:
+    async with _assigned(where, topic, 1 << 20) as (consumer, tps):
+        if not tps:
             return []
-        tps = [TopicPartition(topic, p) for p in partitions]
-        consumer.assign(tps)
         starts = await consumer.beginning_offsets(tps)
         ends = await consumer.end_offsets(tps)
         for tp in tps:
@@ -82,6 +67,25 @@ async def read_tail(where: Cluster | str, topic: str, last: int, *, timeout: flo
 
         await _read_to_end(consumer, tps, timeout, keep)
         return [entry[3] for entry in sorted(newest, key=lambda entry: entry[:3])]
+
+
+@asynccontextmanager
+async def _assigned(where: Cluster | str, topic: str, fetch_bytes: int
+                    ) -> AsyncIterator[tuple[AIOKafkaConsumer, list[TopicPartition]]]:
+    """A reading consumer with every partition of `topic` assigned (none: no partitions).
+
+    `fetch_bytes` bounds what one fetch takes from a partition.  The consumer commits
+    nothing and is stopped on the way out.
+    """
+    cluster = as_cluster(where)
+    consumer = await started(AIOKafkaConsumer(
+        enable_auto_commit=False, fetch_max_wait_ms=50, max_partition_fetch_bytes=fetch_bytes,
+        **cluster.client_kwargs()), cluster)
+    try:
+        tps = [TopicPartition(topic, p) for p in await _partitions(consumer, topic)]
+        if tps:
+            consumer.assign(tps)
+        yield consumer, tps
     finally:
         await consumer.stop()
 
