@@ -15,18 +15,17 @@ from onceflow.app.kafka import Producer, read_topic
 from onceflow.app.process import WorkerProcess
 from onceflow.app.security import Cluster
 
-# A simple trigger on "order" documents and an All join of "left" and "right".
-ORDERS_AND_PAIRS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
 
-[[trigger]]
-name = "pairs"
-types = ["left", "right"]
-condition = "all"
-join_timeout = "10m"
-"""
+def orders_and_pairs(join_timeout: str | None = "10m") -> str:
+    """A trigger file: a simple trigger on "order" documents and an All join of "left" and
+    "right" (with the default join timeout of a day when `join_timeout` is None)."""
+    timeout = "" if join_timeout is None else f'join_timeout = "{join_timeout}"\n'
+    return ('[[trigger]]\nname = "orders"\ntypes = ["order"]\n\n'
+            '[[trigger]]\nname = "pairs"\ntypes = ["left", "right"]\ncondition = "all"\n'
+            + timeout)
+
+
+ORDERS_AND_PAIRS = orders_and_pairs()
 
 
 def trigger_file(folder: Path, text: str = ORDERS_AND_PAIRS) -> Path:

@@ -13,18 +13,11 @@ from onceflow.agents.wire import Names
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer, TopicFollower, read_topic
 
+from .support import orders_and_pairs
+
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-
-[[trigger]]
-name = "pairs"
-types = ["left", "right"]
-condition = "all"
-"""
+TRIGGERS = orders_and_pairs(join_timeout=None)
 
 ONE_MB = 1024 * 1024
 

@@ -16,18 +16,11 @@ from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer, read_topic
 from onceflow.app.process import WorkerProcess, http_json
 
+from .support import orders_and_pairs
+
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-
-[[trigger]]
-name = "pairs"
-types = ["left", "right"]
-condition = "all"
-"""
+TRIGGERS = orders_and_pairs(join_timeout=None)
 TOKEN = "s3cret"
 
 

@@ -18,20 +18,11 @@ from onceflow.agents import wire
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.process import http_json
 
-from .support import outcomes, publish, wait_journal
+from .support import orders_and_pairs, outcomes, publish, wait_journal
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-
-[[trigger]]
-name = "pairs"
-types = ["left", "right"]
-condition = "all"
-"""
+TRIGGERS = orders_and_pairs(join_timeout=None)
 TOKEN = "s3cret"
 SECRET = "very-private-body"
 
