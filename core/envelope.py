@@ -286,10 +286,16 @@ class Record:
         return coordinates(self.topic, self.partition, self.offset)
 
     @property
+    def given_message_id(self) -> str | None:
+        """Header `message-id` when present (non-empty text), else None."""
+        mid = self.headers.get(H_MESSAGE_ID) if self.headers else None
+        return mid if mid and is_text(mid) else None
+
+    @property
     def message_id(self) -> str:
         """Header `message-id` when present, else the coordinates (JMSMessageID analogue)."""
-        mid = self.headers.get(H_MESSAGE_ID)
-        return mid if mid and is_text(mid) else self.coordinates
+        given = self.given_message_id
+        return given if given is not None else self.coordinates
 
 
 @dataclass(init=False, slots=True)

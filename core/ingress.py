@@ -236,10 +236,8 @@ class Ingress:
                     position, problem))
                 return None, (), problem
         topic = record.topic
-        # The header's message id.  record.message_id (it, else the coordinates) is made
-        # only where needed: most records carry a uuid, and the document makes its own
-        # when asked.  Every header is text here (header_problem above), so the two agree.
-        given_id = (headers.get(H_MESSAGE_ID) if headers else None) or None
+        # record.message_id (the header's, else the coordinates) is made only where
+        # needed: most records carry a uuid, and the document makes its own when asked.
         value = record.value
         if headers or type(value) is dict:
             too_long = keys_too_long(headers, value)
@@ -299,8 +297,8 @@ class Ingress:
             ))
             return None, (), reason
         document = Document(doc_type, identity, activation, value, record.ts, topic,
-                            record.partition, record.offset, given_id, delivery_count,
-                            record.key, headers, position)
+                            record.partition, record.offset, record.given_message_id,
+                            delivery_count, record.key, headers, position)
         return document, targets, None
 
     @staticmethod

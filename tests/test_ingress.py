@@ -201,6 +201,12 @@ def test_values_that_are_not_json_are_kept_as_text() -> None:
 def test_message_id_is_the_header_else_the_coordinates() -> None:
     assert rec(7, partition=2).message_id == "t/2@7"
     assert rec(7, {"message-id": "JMS-1"}).message_id == "JMS-1"
+    assert rec(7, {"message-id": "JMS-1"}).given_message_id == "JMS-1"
+    # An empty header gives no message id: the coordinates, for the document too.
+    empty = rec(7, {"message-id": ""}, topic="order", value={"uuid": "u-7"})
+    assert (empty.given_message_id, empty.message_id) == (None, "order/0@7")
+    (_, document), = make_ingress().admit(empty).routed[:1]
+    assert (document.given_message_id, document.message_id) == (None, "order/0@7")
 
 
 # -- Ingress.admit -----------------------------------------------------------------------------
