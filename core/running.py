@@ -67,10 +67,13 @@ def run_service(
     payload: Any,
     context: CallContext,
     *,
+    run_coroutine: Callable[[Awaitable[Any]], Any],
     sleep: Callable[[float], None] | None = None,
-    run_coroutine: Callable[[Awaitable[Any]], Any] | None = None,
 ) -> ServiceResult:
-    """Call the service until it succeeds, fails for good, or the trigger must suspend."""
+    """Call the service until it succeeds, fails for good, or the trigger must suspend.
+
+    `run_coroutine` runs an async service's coroutine to its end (an AwaitRunner's `run`).
+    """
     attempt = 1
     retries: list[tuple[int, str]] = []
     while True:
@@ -78,7 +81,7 @@ def run_service(
             value = service.call(payload, context if attempt == 1 else
                                  _with_attempt(context, attempt))
             if service.is_async:
-                value = (run_coroutine or _run_alone)(value)
+                value = run_coroutine(value)
             return ServiceResult(OK, value, attempt, "", "", retries)
         except Exception as exc:
             step = after_failure(trigger, attempt, exc)
@@ -162,11 +165,3 @@ class AwaitRunner:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
-
-
-def _run_alone(awaitable: Awaitable[Any]) -> Any:
-    import asyncio
-
-    async def wait() -> Any:
-        return await awaitable
-    return asyncio.run(wait())
