@@ -24,20 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import orjson
-from onceflow.journal import contract_key
+from onceflow.journal import contract_multiset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate_lines, write_scenario  # noqa: E402
 from procs import TreeSampler  # noqa: E402
-
-
-def journal_multiset(lines: list[bytes]) -> Counter[tuple[object, ...]]:
-    """A journal's lines as the multiset the replay contract compares."""
-    return Counter(contract_key(orjson.loads(line)) for line in lines if line.strip())
 
 
 def class_data_state() -> str:
@@ -107,7 +101,7 @@ def main() -> None:
         replay_cpu = cpu_seconds() - cpu
         load_after = os.getloadavg()[0]
         replay_lines = journal.read_bytes().split(b"\n")
-        identical = journal_multiset(spark_lines) == journal_multiset(replay_lines)
+        identical = contract_multiset(spark_lines) == contract_multiset(replay_lines)
 
     n = args.documents
     spark_rate, job_rate, replay_rate = n / spark_wall, n / spark_job, n / replay_wall

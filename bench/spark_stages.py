@@ -34,15 +34,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from onceflow.app.replay import replay_scenario, write_journal
-from onceflow.journal import JournalRecord, contract_key
+from onceflow.journal import JournalRecord, contract_multiset
 from onceflow.pipeline.ingress_stage import IngressStage
 from onceflow.pipeline.local_output import JOURNAL_LINES
 from onceflow.pipeline.plan import make_slots
@@ -54,11 +53,6 @@ from onceflow.triggers import TriggerSet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import generate_lines, write_scenario  # noqa: E402
-
-
-def contract(lines: Iterable[bytes]) -> Counter[tuple[Any, ...]]:
-    """A journal's lines as the multiset the replay contract compares."""
-    return Counter(contract_key(orjson.loads(line)) for line in lines if line.strip())
 
 
 def sorted_rows(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch]:
@@ -126,13 +120,13 @@ def main() -> None:
             spent, lines = replay(folder)
             gc.enable()
             best["replay"] = min(best.get("replay", spent), spent)
-            journals["replay"] = contract(lines)
+            journals["replay"] = contract_multiset(lines)
             del lines
             gc.collect()
             parts, lines = stages(folder / "input.jsonl", triggers, scratch)
             for name, seconds in parts.items():
                 best[name] = min(best.get(name, seconds), seconds)
-            journals["stages"] = contract(lines)
+            journals["stages"] = contract_multiset(lines)
             del lines
         if journals["stages"] != journals["replay"]:
             raise SystemExit("the stages' journal differs from the replay's")

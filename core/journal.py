@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+import orjson
+
 from .pickling import by_fields
 
 # Terminal outcomes: exactly one per (trigger, document).
@@ -130,6 +132,11 @@ def contract_key(record: dict[str, Any]) -> tuple[Any, ...]:
     ts = record.get("ts")
     return (record.get("trigger"), record.get("outcome"), record.get("identity"),
             record.get("activation"), ts, type(ts).__name__)
+
+
+def contract_multiset(lines: Iterable[bytes]) -> Counter[tuple[Any, ...]]:
+    """Journal lines (JSON, blank lines skipped) as the multiset of their contract keys."""
+    return Counter(contract_key(orjson.loads(line)) for line in lines if line.strip())
 
 
 def summary_table(records: Iterable[dict[str, Any]]) -> str:

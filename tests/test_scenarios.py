@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from onceflow.app.replay import replay_scenario
 from onceflow.errors import ConfigError
-from onceflow.journal import CONTRACT_FIELDS, contract_key
+from onceflow.journal import CONTRACT_FIELDS, contract_key, contract_multiset
 from onceflow.scenario import load_scenario
 
 HERE = Path(__file__).parent
@@ -77,6 +77,14 @@ def test_shared_example(folder: Path) -> None:
     got = Counter(contract_key(r.as_dict()) for r in journal)
     expected = read_expected(folder)
     assert got == expected, describe(expected, got)
+
+
+def test_the_contract_multiset_counts_lines_and_keeps_the_type_of_ts() -> None:
+    line = b'{"trigger": "t", "outcome": "processed", "identity": "u", "activation": null, '
+    got = contract_multiset([line + b'"ts": 5}', b"", b"  \n", line + b'"ts": 5.0}',
+                             line + b'"ts": 5, "reason": "r"}'])
+    assert got == Counter({("t", "processed", "u", None, 5, "int"): 2,
+                           ("t", "processed", "u", None, 5.0, "float"): 1})
 
 
 def test_every_journal_record_has_the_contract_fields() -> None:

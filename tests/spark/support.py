@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import orjson
-from onceflow.journal import contract_key
+from onceflow.journal import contract_multiset as multiset  # noqa: F401 - for the tests
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "tests" / "scenarios"
@@ -23,6 +20,3 @@ def scenario_dirs(root: Path) -> list[Path]:
         return []
     return sorted(p for p in root.iterdir() if (p / "triggers.toml").exists())
 
-
-def multiset(lines: list[bytes]) -> Counter[tuple[Any, ...]]:
-    return Counter(contract_key(orjson.loads(line)) for line in lines if line.strip())
