@@ -110,6 +110,21 @@ def compiled_core() -> list:
         os.chdir(previous)
 
 
+def build_jobs(setting: str | None) -> int:
+    """How many C files to compile at once: ONCEFLOW_BUILD_JOBS, else the usable CPUs."""
+    if not setting:
+        return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else os.cpu_count() or 1)
+    try:
+        jobs = int(setting)
+    except ValueError:
+        jobs = 0
+    if not 1 <= jobs <= 1024:
+        raise SystemExit(f"onceflow: ONCEFLOW_BUILD_JOBS must be a whole number from 1 to "
+                         f"1024 (how many C files to compile at once), not {setting[:40]!r}")
+    return jobs
+
+
 class ParallelBuildExt(build_ext):
     """build_ext that compiles the C files of one extension side by side, one per core.
 
@@ -122,9 +137,7 @@ class ParallelBuildExt(build_ext):
     def build_extension(self, ext: Any) -> None:
         """Build one extension, its C files compiled on a thread pool."""
         compiler = self.compiler
-        usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                  else os.cpu_count() or 1)
-        jobs = int(os.environ.get("ONCEFLOW_BUILD_JOBS") or usable)
+        jobs = BUILD_JOBS
         if jobs <= 1 or len(ext.sources) <= 1:
             super().build_extension(ext)
             return
@@ -153,4 +166,7 @@ class ParallelBuildExt(build_ext):
             compiler.compile = serial
 
 
+# Read before compiled_core() unlinks the old modules: a bad setting stops the install
+# with the checkout's compiled modules still in place.
+BUILD_JOBS = build_jobs(os.environ.get("ONCEFLOW_BUILD_JOBS"))
 setup(ext_modules=compiled_core(), cmdclass={"build_ext": ParallelBuildExt})

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -86,3 +90,22 @@ def test_every_core_module_but_the_exceptions_is_compiled() -> None:
     exec(source[start:source.index("]", start) + 1], namespace)  # noqa: S102
     modules = {path.stem for path in (ROOT / "core").glob("*.py")}
     assert set(namespace["COMPILED"]) == modules - {"__init__", "errors"}  # type: ignore[arg-type]
+
+
+def test_build_jobs_refuses_a_setting_that_is_not_a_count() -> None:
+    # setup.py's ONCEFLOW_BUILD_JOBS: a bad value stops the install with a message that
+    # names the setting, not a ValueError traceback from inside pip's build.
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    (function,) = [node for node in tree.body
+                   if isinstance(node, ast.FunctionDef) and node.name == "build_jobs"]
+    namespace: dict[str, Any] = {"os": os}
+    exec(compile(ast.Module([function], []), "setup.py", "exec"), namespace)  # noqa: S102
+    build_jobs = namespace["build_jobs"]
+    assert build_jobs("3") == 3 and build_jobs(" 2 ") == 2
+    assert build_jobs(None) >= 1 and build_jobs("") == build_jobs(None)
+    for bad in ("abc", "0", "-4", "2.5", "1e3", "99999999999", "\x00", "x" * 5000):
+        with pytest.raises(SystemExit, match="BUILD_JOBS must be a whole number") as caught:
+            build_jobs(bad)
+        assert len(str(caught.value)) < 200
