@@ -24,19 +24,29 @@ from typing import Final
 SETTING: Final = "ONCEFLOW_MAX_CLOCK_SKEW"
 
 
-def describe(ts: float) -> str:
-    """A record time for a message: ISO 8601 in UTC, with the seconds it stands for."""
+def millis(seconds: float) -> int:
+    """A wall-clock time or a setting in seconds as whole milliseconds (partition time)."""
+    return round(seconds * 1000)
+
+
+def limit(wall: float, skew: float) -> int:
+    """The latest partition time allowed, in ms, for a wall clock and a skew in seconds."""
+    return millis(wall) + millis(skew)
+
+
+def describe(ts: int) -> str:
+    """A record time in ms for a message: ISO 8601 in UTC, with the seconds it stands for."""
     try:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts / 1000))
     except (OverflowError, OSError, ValueError):
-        return f"{ts!r}"
-    return f"{stamp} ({ts:.3f})"
+        return f"{ts!r} ms"
+    return f"{stamp} ({ts / 1000:.3f})"
 
 
-def ahead(ts: float, wall: float, skew: float) -> str | None:
-    """Why `ts` is too far ahead of the wall clock for partition time, or None."""
-    if ts <= wall + skew:  # (a NaN is never within it)
+def ahead(ts: int, wall: float, skew: float) -> str | None:
+    """Why `ts` (ms) is too far ahead of the wall clock (`wall`, `skew` in s), or None."""
+    if ts <= limit(wall, skew):
         return None
-    return (f"its time {describe(ts)} is {ts - wall:.6g} s ahead of this worker's clock, "
-            f"more than {SETTING} ({skew:g} s): it would move partition time forward and "
-            f"expire every open join of the partition")
+    return (f"its time {describe(ts)} is {(ts - millis(wall)) / 1000:.6g} s ahead of this "
+            f"worker's clock, more than {SETTING} ({skew:g} s): it would move partition "
+            f"time forward and expire every open join of the partition")

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 from onceflow import journal as J
+from onceflow.envelope import record_time
 from onceflow.journal import JournalRecord
 from onceflow.processor import TriggerProcessor
 from onceflow.tables.outbox import Outbox
@@ -24,16 +25,16 @@ class ControlMixin:
 
     rt: Shared
     partition: int
-    now: float | None
+    now: int | None
     outbox: Outbox
     journal: list[JournalRecord]
     processors: dict[str, TriggerProcessor]
 
     # Provided by the partition worker.
-    def tick(self, ts: float) -> None: ...  # noqa: D102
+    def tick(self, ts: int) -> None: ...  # noqa: D102
     def seed(self, message: dict[str, Any]) -> None: ...  # noqa: D102
     def forget(self, trigger: str, key: str, only: str) -> bool: ...  # noqa: D102
-    def sweep_due(self, now: float, force: str | None = None) -> int: ...  # noqa: D102
+    def sweep_due(self, now: int, force: str | None = None) -> int: ...  # noqa: D102
     def set_suspended(self, processor: TriggerProcessor, reason: str) -> None: ...  # noqa: D102
     async def resume(self, processor: TriggerProcessor, reason: str,  # noqa: D102
                      journal: bool) -> None: ...
@@ -50,7 +51,14 @@ class ControlMixin:
         journaled `bad-input` for that trigger and kept on the dead-letter topic.
         """
         if kind == wire.TICK:
-            ts = float(message["ts"])
+            # Ticks carry seconds on the wire; partition time is in milliseconds.
+            try:
+                ts = record_time(message["ts"])
+            except ValueError as exc:
+                self.bad_route_record(delivery, (
+                    f"the tick message {self.where(delivery)} was not applied to partition "
+                    f"{self.partition}: {exc}"))
+                return
             ahead = clock.ahead(ts, self.rt.wall_clock(), self.rt.options.max_clock_skew)
             if ahead is not None:
                 self.bad_route_record(delivery, (

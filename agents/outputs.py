@@ -24,7 +24,7 @@ from typing import Any
 
 from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC
-from onceflow.envelope import Document
+from onceflow.envelope import Document, seconds
 from onceflow.processor import Output
 from onceflow.running import OK, SUSPEND
 from onceflow.tables.outbox import Outbox
@@ -125,7 +125,7 @@ def _to_dead_letter(copy: ReplyCopy, target: str, problem: str) -> None:
     reason = f"reply-to {problem}"
     output.value = {"reason": reason, "reply_to": target, "topic": member.topic,
                     "partition": member.partition, "offset": member.offset,
-                    "ts": member.ts, "headers": dict(output.headers),
+                    "ts": seconds(member.ts), "headers": dict(output.headers),
                     "value": output.value}
     output.topic = DEAD_LETTER_TOPIC
     output.headers = {"reason": limits.clip(reason)}

@@ -42,6 +42,8 @@ from onceflow.envelope import (
     coordinates,
     decode_value,
     envelope_fields,
+    record_time,
+    seconds,
 )
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
@@ -130,7 +132,9 @@ class PartitionWorker(ControlMixin):
         self.control = PartitionStore(control_buffer, "")
         self.processors = build_processors(runtime.triggers, runtime.callees,
                                            self.history.__getitem__, self.joins.__getitem__)
-        now: float | None = self.control.get(_TIME)
+        now: int | None = self.control.get(_TIME)
+        if type(now) is float:  # stored in seconds, before partition time was in ms
+            now = record_time(now)
         self._stored_now = now
         if now is not None:
             wall = runtime.wall_clock()
@@ -140,7 +144,7 @@ class PartitionWorker(ControlMixin):
                 # such a time would expire every join opened from now on.
                 log.warning("onceflow: partition %d: the stored partition time: %s; it "
                             "starts again from the wall clock", partition, ahead)
-                now = wall
+                now = clock.millis(wall)
         self.holding = HeldInControl(self.control, list(self.processors),
                                      runtime.options.max_record_bytes)
         # The rules of partition time, expiry, sweeps, holding, seeds and forgetting are
@@ -161,8 +165,8 @@ class PartitionWorker(ControlMixin):
         self.durable = 0  # how many records of that group are durable
 
     @property
-    def now(self) -> float | None:
-        """Partition time."""
+    def now(self) -> int | None:
+        """Partition time, in ms."""
         return self.state.now
 
     @property
@@ -267,7 +271,7 @@ class PartitionWorker(ControlMixin):
             uuid, activation = None, None
             letter = Output(DEAD_LETTER_TOPIC, None, {
                 "reason": reason, "topic": record.topic, "partition": record.partition,
-                "offset": record.offset, "ts": record.ts,
+                "offset": record.offset, "ts": seconds(record.ts),
                 "raw_base64": base64.b64encode(value or b"").decode("ascii")},
                 {"reason": limits.clip(reason)})
         self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
@@ -602,21 +606,21 @@ class PartitionWorker(ControlMixin):
 
     # -- time -------------------------------------------------------------------------
 
-    def _advance(self, ts: float) -> None:
+    def _advance(self, ts: int) -> None:
         state = self.state
         now = state.now
         # What reaches here was checked against the clock where it came in; a routed
         # document from a worker whose clock is ahead moves time only to the limit.
         limit = None
         if now is None or ts > now:
-            limit = self.rt.wall_clock() + self.rt.options.max_clock_skew
+            limit = clock.limit(self.rt.wall_clock(), self.rt.options.max_clock_skew)
         state.advance(ts, self.journal, limit)
 
-    def tick(self, ts: float) -> None:
+    def tick(self, ts: int) -> None:
         """Move partition time to ts (a clock tick or a live replay's time)."""
         self._advance(ts)
 
-    def sweep_due(self, now: float, force: str | None = None) -> int:
+    def sweep_due(self, now: int, force: str | None = None) -> int:
         """Sweep the history of triggers whose sweep is due (or `force`: that one now)."""
         if force is None and not self.state.sweep_is_due(now):
             # Asked after every sub-batch; the horizon walks every record not committed
@@ -652,7 +656,8 @@ class PartitionWorker(ControlMixin):
     def seed(self, message: dict[str, Any]) -> None:
         """Load a history entry (scenario history.jsonl, imports)."""
         self.state.seed(message["trigger"], message["identity"], message["status"],
-                        message["ts"], bool(message.get("failed")), message.get("activation"))
+                        record_time(message["ts"]), bool(message.get("failed")),
+                        message.get("activation"))
 
     def forget(self, trigger: str, key: str, only: str) -> bool:
         """Remove an entry so a resubmitted document is decided again (see Partition)."""

@@ -288,7 +288,7 @@ class Consumer(faust_aiokafka.Consumer):
                 stamp = record.timestamp
                 batch.append(wire.Delivery(
                     record.topic, record.partition, offset,
-                    stamp / 1000.0 if stamp is not None else -0.001, record.key,
+                    stamp if stamp is not None else -1, record.key,
                     record.value, list(record.headers or ()), tp))
             elif recovery.in_recovery and tp in recovery.active_tps:
                 # Decided per record, when it is in hand: a record that went Faust's way

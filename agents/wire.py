@@ -59,7 +59,8 @@ _DOC_FIELDS: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "identity": ((str,), False, True),
     "activation": ((str,), True, True),
     "envelope": ((dict,), False, True),
-    "ts": (_NUMBER, False, True),
+    "ts_ms": ((int,), False, False),  # record time in ms; a message from an earlier
+    "ts": (_NUMBER, False, False),  # version has "ts" in seconds instead
     "topic": ((str,), False, True),
     "partition": ((int,), False, True),
     "offset": ((int,), False, True),
@@ -104,6 +105,8 @@ def routed_document(data: Any) -> Document:
         raise BadMessage(f"field 'd' must be an object, got {json_kind(data)}")
     for name, (types, null, required) in _DOC_FIELDS.items():
         _check(data, name, types, null=null, required=required, what="document ")
+    if "ts_ms" not in data and "ts" not in data:
+        raise BadMessage("document field 'ts_ms' (its record time) is missing")
     headers = data.get("headers") or {}
     if not all(isinstance(v, str) for v in headers.values()):
         raise BadMessage("document field 'headers' must map names to strings")
@@ -222,7 +225,7 @@ class Delivery:
     topic: str
     partition: int
     offset: int
-    ts: Timestamp | None  # seconds; None only on the in-memory broker (no record time)
+    ts: Timestamp | None  # Kafka's ms; None only on the in-memory broker (no record time)
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes]] = field(default_factory=list)

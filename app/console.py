@@ -31,6 +31,7 @@ from faust.web import Request, Response
 from onceflow.agents.faust_app import OnceflowApp
 from onceflow.agents.health import readiness
 from onceflow.durations import format_duration
+from onceflow.envelope import seconds
 from onceflow.journal import ERROR, IN_DOUBT
 
 from .kafka import read_tail
@@ -97,6 +98,8 @@ def local_joins(app: OnceflowApp) -> list[dict[str, Any]]:
                         identity = member.get("identity") if isinstance(member, dict) else None
                         waiting.append({"type": kind, "identity": identity})
                 deadline = state.get("deadline") if isinstance(state, dict) else None
+                if isinstance(deadline, int):  # record time in ms, shown in seconds
+                    deadline = seconds(deadline)
                 out.append({"trigger": name, "activation": activation,
                             "partition": partition, "deadline": deadline,
                             "waiting": waiting,

@@ -16,7 +16,7 @@ from typing import Any
 
 from onceflow.agents.wire import route_partition
 from onceflow.engine import MemoryState
-from onceflow.envelope import H_DELIVERY_COUNT, H_MESSAGE_ID, Record, encode_value
+from onceflow.envelope import H_DELIVERY_COUNT, H_MESSAGE_ID, Record, encode_value, seconds
 from onceflow.ingress import Ingress
 from onceflow.scenario import HistorySeed, Scenario
 from onceflow.triggers import TriggerSet
@@ -52,8 +52,11 @@ def feed(scenario: Scenario) -> Iterator[FeedRecord]:
 
 
 def seed_message(seed: HistorySeed, base: float = 0) -> dict[str, Any]:
-    """A history seed as a control message (its ts moved by `base`, as the records' are)."""
-    ts = seed.ts if not base else round((base + seed.ts) * 1000) / 1000
+    """A history seed as a control message (its ts moved by `base`, as the records' are).
+
+    Control messages carry times in seconds; `base` is a whole number of seconds.
+    """
+    ts = seconds(round(base * 1000) + seed.ts)
     return {"trigger": seed.trigger, "identity": seed.identity, "status": seed.status,
             "ts": ts, "failed": seed.failed, "activation": seed.activation}
 
@@ -94,7 +97,7 @@ class JournalMapper:
         record = self.source(line)
         out = dict(line)
         if record is not None:
-            out["ts"] = record.ts
+            out["ts"] = seconds(record.ts)
             out["partition"] = record.partition
             out["offset"] = record.offset
         return out

@@ -33,7 +33,8 @@ COLUMNS = (("time", 23), ("trigger", 14), ("outcome", 14), ("identity", 20),
 def parse_since(text: str, now: float) -> float:
     """A duration back from now ("10m", "2h", "1d") or an ISO time (UTC unless it says)."""
     try:
-        seconds = parse_duration(text)
+        ms = parse_duration(text)
+        seconds = None if ms is None else ms / 1000
     except ValueError:
         seconds = None
     if seconds is not None:

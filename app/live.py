@@ -111,9 +111,9 @@ class LiveRun:
         try:
             async with Producer(self.cluster) as producer:
                 await self._seed(producer, acks)
-                now: float | None = None
+                now: int | None = None
                 for item in feed(self.scenario):
-                    ts_ms = round((BASE_TIME + item.record.ts) * 1000)
+                    ts_ms = BASE_TIME * 1000 + item.record.ts
                     if now is None or item.record.ts > now:
                         # Documents whose routing key stays on their input partition are
                         # decided at ingress, apart from the repartition topic's stream:

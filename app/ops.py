@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 from onceflow.agents import wire
 from onceflow.engine import MemoryState
-from onceflow.envelope import Record, decode_value, encode_value
+from onceflow.envelope import Record, decode_value, encode_value, seconds
 from onceflow.errors import OnceflowError, ScenarioError
 from onceflow.history import entry_key
 from onceflow.ingress import Ingress
@@ -131,10 +131,11 @@ def _read_records(lines: list[bytes], name: str, settings: WorkerSettings, base:
                             f"bytes, more than ONCEFLOW_MAX_RECORD_BYTES ({limit}): the "
                             "broker would refuse it")
             continue
-        stamp = (base + record.ts) * 1000
+        stamp = base * 1000 + record.ts
         if not (math.isfinite(stamp) and 0 <= stamp < LATEST_MS):
-            problems.append(f"{where}: base time + ts ({base:.3f} + {record.ts}) is not a "
-                            "record time Kafka takes (0 to year 9999, in seconds since 1970)")
+            problems.append(f"{where}: base time + ts ({base:.3f} + {seconds(record.ts)}) "
+                            "is not a record time Kafka takes (0 to year 9999, in seconds "
+                            "since 1970)")
             continue
         outgoing.append((number, names.topic(record.topic), record.partition, key, value,
                          headers, round(stamp)))
@@ -359,7 +360,7 @@ async def resubmit_documents(triggers: TriggerSet, trigger: TriggerDef,
         if original is None:
             tell(f"{topic}/{partition}@{offset} is no longer on its topic; skipped")
             continue
-        record = Record(topic, partition, offset, original.timestamp / 1000,
+        record = Record(topic, partition, offset, original.timestamp,
                         decode_value(original.value),
                         original.key.decode() if original.key else None,
                         wire.header_dict(list(original.headers or ())))

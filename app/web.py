@@ -226,7 +226,7 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
                     entry = {"unreadable": str(exc)}
             return self.json({"trigger": trigger, "identity": identity,
                               "activation": activation, "entry": entry,
-                              "history_ttl": definition.history_ttl,
+                              "history_ttl": definition.history_ttl / 1000,  # seconds
                               "history_ttl_text": format_duration(definition.history_ttl),
                               "partition": partition, "worker": str(app.conf.canonical_url)})
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from .calls import DUPLICATE, IN_DOUBT, NEW, CallContext, Callee
-from .envelope import MAX_IDENTITY_LENGTH, Document
+from .envelope import MAX_IDENTITY_LENGTH, Document, seconds
 from .errors import HistoryUnavailable, TransientError
 from .history import History
 from .triggers import ON_FAILURE_SUSPEND, TriggerDef
@@ -87,9 +87,11 @@ def _check_history(
     if entry.completed:
         if entry.failed:
             return Decision(Status.REJECTED,
-                            f"already processed (started at {entry.started}) and it failed")
-        return Decision(Status.DUPLICATE, f"already processed (started at {entry.started})")
-    why = f"history has a processing entry only (started at {entry.started})"
+                            f"already processed (started at {seconds(entry.started)}) and it "
+                            f"failed")
+        return Decision(Status.DUPLICATE,
+                        f"already processed (started at {seconds(entry.started)})")
+    why = f"history has a processing entry only (started at {seconds(entry.started)})"
     if resolver is not None:
         return _resolve(trigger, document, resolver, why, entry.describe())
     return Decision(Status.IN_DOUBT, why)

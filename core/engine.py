@@ -111,12 +111,19 @@ def build_processors(
 
 def dead_letter(record: Record, reason: str) -> Output:
     """The dead-letter copy of a record rejected at ingress: nothing is lost."""
-    from .envelope import MAX_DEPTH, NotJson, deep_json, nested_deeper_than, safe_headers
+    from .envelope import (
+        MAX_DEPTH,
+        NotJson,
+        deep_json,
+        nested_deeper_than,
+        safe_headers,
+        seconds,
+    )
 
     value = record.value
     body: dict[str, Any] = {"reason": reason, "topic": record.topic,
                             "partition": record.partition, "offset": record.offset,
-                            "ts": record.ts}
+                            "ts": seconds(record.ts)}
     body.update(safe_headers(record.headers))
     if isinstance(value, NotJson):
         body["raw"] = value.text
@@ -170,8 +177,8 @@ class Engine:
         self._run_coroutine = run_coroutine or self._loop.run
 
     @property
-    def now(self) -> float | None:
-        """Partition time: the latest record time seen."""
+    def now(self) -> Timestamp | None:
+        """Partition time: the latest record time seen, in ms."""
         return self.partition.now
 
     @property
@@ -195,7 +202,7 @@ class Engine:
         if partition.advance(ts, journal) and self.sweep_history:
             partition.sweep_due(ts)
 
-    def expire_due(self, now: float, sink: Sink) -> None:
+    def expire_due(self, now: Timestamp, sink: Sink) -> None:
         """Expire every open join whose deadline is before `now`; record time does not move.
 
         For a runner that knows partition time from elsewhere (the Spark pipeline).

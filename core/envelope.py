@@ -212,35 +212,35 @@ def safe_headers(headers: dict[str, str]) -> dict[str, Any]:
     return {"headers": text, "headers_base64": binary}
 
 
-# Record time in seconds, echoed as it was given: an int stays an int.  (Spelled as a
-# union on purpose: compiled with mypyc, a plain `float` attribute would turn 5 into 5.0.)
-Timestamp = int | float
+# Record time: a whole number of milliseconds since the epoch, as Kafka stamps records.
+# Every deadline, time-out and TTL inside the core is a whole number of milliseconds too,
+# so that a join opened at 10.001 s with a 10 s time-out is due at exactly 20.001 s.
+Timestamp = int
 
 
-def record_time(ts: Timestamp) -> Timestamp:
-    """Record time as every runner uses it: rounded to the nearest millisecond.
+def record_time(ts: int | float) -> Timestamp:
+    """Record time in milliseconds from a time in seconds (a scenario's `ts`).
 
-    Kafka timestamps are whole milliseconds, so the worker only ever sees such times;
-    replay and Spark round the `ts` of a scenario the same way (spec section 7).  An int
-    stays an int; a time too large to scale is kept as it is.
+    Rounded to the nearest millisecond, ties to even, as every runner does (spec section
+    7).  Raises ValueError for a time that is not a finite number.
     """
     if type(ts) is int:
-        return ts
+        return ts * 1000
     scaled = ts * 1000.0
     if scaled - scaled != 0.0:  # NaN or infinite (either minus itself is NaN)
-        return ts
-    if -_ROUNDS_EXACTLY < scaled < _ROUNDS_EXACTLY:
-        # round(scaled) / 1000 in float arithmetic: adding and taking away 1.5 * 2**52
-        # leaves the nearest whole number, ties to even as round() does (below 2**51
-        # every sum falls where floats are exactly the whole numbers).  Compiled, the
-        # builtin round() was a lookup, a call and two allocations: 3% of a replay.
-        whole = (scaled + _ROUNDER) - _ROUNDER
-        return whole / 1000.0
-    return round(scaled) / 1000
+        raise ValueError(f"a record time must be a finite number of seconds, got {ts!r}")
+    return round(scaled)
 
 
-_ROUNDER: Final = 6755399441055744.0  # 1.5 * 2**52
-_ROUNDS_EXACTLY: Final = 2251799813685248.0  # 2**51
+def seconds(ms: Timestamp) -> int | float:
+    """A time in milliseconds as the journal reports it: seconds, to the millisecond.
+
+    The one place a reported `ts` is made: whole seconds are written as an integer
+    (5000 -> 5), any other time as a float (20001 -> 20.001).
+    """
+    if ms % 1000 == 0:
+        return ms // 1000
+    return ms / 1000
 
 
 def coordinates(topic: str, partition: int, offset: int) -> str:
@@ -370,7 +370,7 @@ class Document:
             "identity": self.identity,
             "activation": self.activation,
             "envelope": self.envelope,
-            "ts": self.ts,
+            "ts_ms": self.ts,
             "topic": self.topic,
             "partition": self.partition,
             "offset": self.offset,
@@ -383,13 +383,19 @@ class Document:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Document:
-        """Inverse of to_json."""
+        """Inverse of to_json.
+
+        Documents written before record time was kept in milliseconds (join members, held
+        and routed documents) carry "ts" in seconds instead of "ts_ms": read as the same
+        time in milliseconds.
+        """
+        ts = data.get("ts_ms")
         return cls(
             type=data["type"],
             identity=data["identity"],
             activation=data["activation"],
             envelope=data["envelope"],
-            ts=data["ts"],
+            ts=ts if ts is not None else record_time(data["ts"]),
             topic=data["topic"],
             partition=data["partition"],
             offset=data["offset"],

@@ -5,10 +5,12 @@ one stored value holds both.  For join triggers the entry lives under the activa
 because history follows the routing key (spec section 4).
 
 Stored values carry a version, and only this module reads or writes them:
-`[start_ts, flags, 2]` (version 2); `[start_ts, flags]` is version 1, as written before
-values were versioned, and is still read.  A value of any other shape (a newer version
-written by a newer worker, or damage) makes the history unavailable for that document
-(`HistoryUnavailable`): it is never read as something it is not.
+`[start_ms, flags, 3]` (version 3: the start time in whole milliseconds); versions 2
+(`[start_seconds, flags, 2]`) and 1 (`[start_seconds, flags]`, written before values were
+versioned) hold the start time in seconds and are still read, converted to milliseconds.
+A value of any other shape (a newer version written by a newer worker, or damage) makes
+the history unavailable for that document (`HistoryUnavailable`): it is never read as
+something it is not.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .envelope import Timestamp
+from .envelope import Timestamp, record_time, seconds
 from .errors import HistoryUnavailable
 from .keys import key_part, pair_key, split_state_key
 from .pickling import by_fields
@@ -26,7 +28,7 @@ PROCESSING: Final = 1
 COMPLETED: Final = 2
 FAILED: Final = 4
 _FLAGS: Final = PROCESSING | COMPLETED | FAILED
-VERSION: Final = 2  # the version of the stored values this module writes
+VERSION: Final = 3  # the version of the stored values this module writes
 
 
 def encode_entry(started: Timestamp, flags: int) -> list[Any]:
@@ -35,19 +37,23 @@ def encode_entry(started: Timestamp, flags: int) -> list[Any]:
 
 
 def decode_entry(value: Any) -> tuple[Timestamp, int]:
-    """(started, flags) of a stored value (the one decoder); HistoryUnavailable if unknown."""
+    """(started in ms, flags) of a stored value (the one decoder); HistoryUnavailable if unknown."""
     if isinstance(value, list | tuple):
         size = len(value)
-        if size == 3 and value[2] == VERSION or size == 2:
+        version = value[2] if size == 3 else 1 if size == 2 else None
+        if version == VERSION or version in (1, 2):
             started, flags = value[0], value[1]
-            if isinstance(started, int | float) and not isinstance(started, bool) and \
-                    type(flags) is int and 0 < flags <= _FLAGS:
-                return started, flags
+            if version == VERSION:
+                if type(started) is int and type(flags) is int and 0 < flags <= _FLAGS:
+                    return started, flags
+            elif isinstance(started, int | float) and not isinstance(started, bool) and \
+                    type(flags) is int and 0 < flags <= _FLAGS and started - started == 0:
+                return record_time(started), flags  # seconds, as versions 1 and 2 kept it
     shown = repr(value)
     if len(shown) > 120:
         shown = shown[:117] + "..."
     raise HistoryUnavailable(f"a stored history value this version cannot read: {shown} "
-                             f"(versions 1 and {VERSION} are known)")
+                             f"(versions 1 to {VERSION} are known)")
 
 
 def history_key(identity: str, activation: str | None = None) -> str:
@@ -112,7 +118,7 @@ class HistoryEntry:
     def describe(self) -> dict[str, Any]:
         """A readable form for views and the CLI."""
         return {
-            "started": self.started,
+            "started": seconds(self.started),
             "processing": self.processing,
             "completed": self.completed,
             "failed": self.failed,
@@ -124,12 +130,16 @@ class History:
 
     __slots__ = ("_store", "ttl")
 
-    def __init__(self, store: Store, ttl: float) -> None:
+    def __init__(self, store: Store, ttl: int) -> None:
         self._store = store
         self.ttl = ttl
 
-    def lookup(self, key: str, now: float) -> HistoryEntry | None:
-        """The live entry for key at record time `now` (entries older than the TTL are ignored)."""
+    def lookup(self, key: str, now: Timestamp) -> HistoryEntry | None:
+        """The live entry for key at record time `now`, in ms.
+
+        An entry older than the TTL is ignored: one started at t with TTL d is seen up to
+        t + d exactly, and not a millisecond later.
+        """
         try:
             value = self._store.get(key)
         except Exception as exc:  # the store's own failure: history is unavailable
@@ -174,12 +184,12 @@ class History:
         flags = decode_entry(value)[1] if value is not None else 0
         self._put(key, encode_entry(started, flags | added))
 
-    def expired_keys(self, now: float) -> list[str]:
+    def expired_keys(self, now: Timestamp) -> list[str]:
         """Keys whose entries are older than the TTL at time `now`."""
         horizon = now - self.ttl
         return [key for key, value in self._store.items() if _started(value) < horizon]
 
-    def sweep(self, now: float) -> int:
+    def sweep(self, now: Timestamp) -> int:
         """Remove every entry older than the TTL; both entries of a document go together."""
         keys = self.expired_keys(now)
         for key in keys:
@@ -196,7 +206,7 @@ class History:
             raise HistoryUnavailable(f"document history cannot be written: {exc}") from exc
 
 
-def _started(value: Any) -> float:
+def _started(value: Any) -> float:  # a float: inf for a value this version cannot read
     """The start time of a stored value (one this version cannot read never expires).
 
     Such a value is reported when its document comes; a sweep must not stop on it.

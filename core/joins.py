@@ -9,11 +9,11 @@ deadlines that a restart rebuilds from the store.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .envelope import Document, is_redelivery
+from .envelope import Document, is_redelivery, record_time, seconds
 from .store import Store
 from .triggers import ALL, ONLY_ONE, TriggerDef
 
@@ -62,7 +62,7 @@ class AllJoin:
     # Members wait in the open join until every type has arrived.
     holds_members = True
 
-    def __init__(self, types: frozenset[str], timeout: float | None,
+    def __init__(self, types: frozenset[str], timeout: int | None,
                  serialize: bool = True) -> None:
         self.types = types
         self.timeout = timeout
@@ -115,8 +115,8 @@ class AllJoin:
                                   doc.delivery_count))
 
     @staticmethod
-    def deadline(state: Any) -> float | None:
-        """When the open join expires (None: never)."""
+    def deadline(state: Any) -> int | None:
+        """When the open join expires, in ms (None: never): it accepts a document at it."""
         return state["deadline"] if state is not None else None
 
     def on_timeout(self, state: Any) -> list[Document]:
@@ -130,16 +130,19 @@ class OnlyOneJoin:
     # A window keeps no member waiting (its first document ran): nothing is ever waiting.
     holds_members = False
 
-    def __init__(self, timeout: float | None) -> None:
+    def __init__(self, timeout: int | None) -> None:
         self.timeout = timeout
 
     def on_document(self, state: Any, doc: Document) -> tuple[Any, JoinStep]:
         """Open a window and run, or discard inside an open window."""
         if state is not None:
+            deadline = state["deadline"]
+            until = ("until the window closes, which it never does: join_timeout is none"
+                     if deadline is None else f"open until {seconds(deadline)} (record time)")
             return state, JoinStep(
                 DISCARDED,
                 reason=f"{state['identity']} already ran for this activation in the window "
-                f"until {state['deadline']}",
+                f"{until}",
             )
         deadline = None if self.timeout is None else doc.ts + self.timeout
         return {"deadline": deadline, "identity": doc.identity}, JoinStep(
@@ -152,8 +155,8 @@ class OnlyOneJoin:
         return False
 
     @staticmethod
-    def deadline(state: Any) -> float | None:
-        """When the window closes (None: never)."""
+    def deadline(state: Any) -> int | None:
+        """When the window closes, in ms (None: never): it still discards at it."""
         return state["deadline"] if state is not None else None
 
     @staticmethod
@@ -162,12 +165,63 @@ class OnlyOneJoin:
         return []
 
 
+def current_state(state: Any) -> Any:
+    """A stored join state in this version's terms: its deadline in whole milliseconds.
+
+    States written before time was kept in milliseconds hold the deadline in seconds, a
+    float (record times then were Kafka's milliseconds divided by 1000, so never an int);
+    their members carry "ts" in seconds, which Document.from_json reads.
+    """
+    if state is not None and type(state.get("deadline")) is float:
+        state = dict(state)
+        state["deadline"] = record_time(state["deadline"])
+    return state
+
+
+class _CurrentStates:
+    """A changelogged join store read through current_state (writes go straight on)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def get(self, key: Any, default: Any = None, /) -> Any:
+        value = self._store.get(key)
+        return default if value is None else current_state(value)
+
+    def __setitem__(self, key: Any, value: Any, /) -> None:
+        self._store[key] = value
+
+    def __delitem__(self, key: Any, /) -> None:
+        del self._store[key]
+
+    def __contains__(self, key: object, /) -> bool:
+        return key in self._store
+
+    def keys(self) -> Any:
+        return self._store.keys()
+
+    def items(self) -> Any:
+        return [(key, current_state(value)) for key, value in self._store.items()]
+
+    def values(self) -> Any:
+        return [current_state(value) for value in self._store.values()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._store)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+
 class JoinBook:
     """The open joins of one trigger, keyed by activation, with a deadline index."""
 
     def __init__(self, trigger: TriggerDef, store: Store, *, serialize: bool = True) -> None:
         self.trigger = trigger
-        self.store = store
+        # Only a changelogged store can hold states an earlier version wrote.
+        self.store: Store = _CurrentStates(store) if serialize else store
         self.condition: AllJoin | OnlyOneJoin
         if trigger.kind == ALL:
             self.condition = AllJoin(trigger.join_types, trigger.join_timeout, serialize)
@@ -176,7 +230,7 @@ class JoinBook:
         else:
             raise ValueError(f"trigger {trigger.name!r} has no join condition")
         # The heap of (deadline, activation); runners may peek at deadlines[0].
-        self.deadlines: list[tuple[float, str]] = []
+        self.deadlines: list[tuple[int, str]] = []
         self.rebuild_index()
 
     def rebuild_index(self) -> None:
@@ -244,11 +298,11 @@ class JoinBook:
             self.store[activation] = previous
             self._index(activation, previous)
 
-    def next_deadline(self) -> float | None:
+    def next_deadline(self) -> int | None:
         """The earliest deadline in the index (may be stale)."""
         return self.deadlines[0][0] if self.deadlines else None
 
-    def expire(self, now: float) -> list[tuple[str, list[Document]]]:
+    def expire(self, now: int) -> list[tuple[str, list[Document]]]:
         """Close every join whose deadline has passed (deadline < now)."""
         expired: list[tuple[str, list[Document]]] = []
         heap = self.deadlines

@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import orjson
 
+from .envelope import Timestamp, record_time, seconds
 from .pickling import by_fields
 
 # Terminal outcomes: exactly one per (trigger, document).
@@ -42,13 +43,17 @@ OUTCOME_ORDER: Final = (
 
 @dataclass(init=False, slots=True)
 class JournalRecord:
-    """One decision.  The first five fields are the contract of `onceflow replay`."""
+    """One decision.  The first five fields are the contract of `onceflow replay`.
+
+    `ts` is record time in whole milliseconds, as everywhere in the core; the written
+    record (as_dict) gives it in seconds.
+    """
 
     trigger: str | None
     outcome: str
     identity: str | None
     activation: str | None
-    ts: float | None
+    ts: Timestamp | None
     topic: str | None
     partition: int | None
     offset: int | None
@@ -61,7 +66,7 @@ class JournalRecord:
 
     # Written out, not generated: compiled, a dataclass __init__ stays interpreted.
     def __init__(self, trigger: str | None, outcome: str, identity: str | None,
-                 activation: str | None, ts: float | None, topic: str | None = None,
+                 activation: str | None, ts: Timestamp | None, topic: str | None = None,
                  partition: int | None = None, offset: int | None = None,
                  reason: str | None = None, attempt: int | None = None,
                  position: int = -1) -> None:
@@ -84,7 +89,7 @@ class JournalRecord:
             "outcome": self.outcome,
             "identity": self.identity,
             "activation": self.activation,
-            "ts": self.ts,
+            "ts": None if self.ts is None else seconds(self.ts),
             "topic": self.topic,
             "partition": self.partition,
             "offset": self.offset,
@@ -103,12 +108,13 @@ class JournalRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JournalRecord:
         """Inverse of as_dict (unknown keys are ignored)."""
+        ts = data.get("ts")
         return cls(
             trigger=data.get("trigger"),
             outcome=data["outcome"],
             identity=data.get("identity"),
             activation=data.get("activation"),
-            ts=data.get("ts"),
+            ts=None if ts is None else record_time(ts),
             topic=data.get("topic"),
             partition=data.get("partition"),
             offset=data.get("offset"),

@@ -74,19 +74,19 @@ class Partition:
     """Partition time and the state rules that follow it, for a partition's triggers."""
 
     def __init__(self, processors: dict[str, TriggerProcessor], holding: Holding,
-                 now: float | None = None) -> None:
+                 now: Timestamp | None = None) -> None:
         self.processors = processors
         self.holding = holding
-        self.now: float | None = now
+        self.now: Timestamp | None = now  # partition time, in ms
         self._joins = [(p, p.joins) for p in processors.values() if p.joins is not None]
         self._history_processors = [p for p in processors.values() if p.history is not None]
-        self._next_sweep: dict[str, float] = {}
+        self._next_sweep: dict[str, int] = {}
         self._sweep_due = float("-inf")
 
     # -- time -----------------------------------------------------------------------------
 
-    def advance(self, ts: float, journal: list[JournalRecord],
-                limit: float | None = None) -> bool:
+    def advance(self, ts: Timestamp, journal: list[JournalRecord],
+                limit: Timestamp | None = None) -> bool:
         """Move partition time to ts (never back, never past limit); expire what is due.
 
         A record at or behind partition time (a late record) moves nothing, but may have
@@ -103,18 +103,18 @@ class Partition:
             self.expire_at(now, journal)
         return moved
 
-    def expire_at(self, now: float, journal: list[JournalRecord]) -> None:
+    def expire_at(self, now: Timestamp, journal: list[JournalRecord]) -> None:
         """Expire every open join whose deadline is before now (time does not move)."""
         for processor, joins in self._joins:
             deadlines = joins.deadlines
             if deadlines and deadlines[0][0] < now:
                 journal.extend(processor.expire(now))
 
-    def sweep_is_due(self, now: float) -> bool:
+    def sweep_is_due(self, now: Timestamp) -> bool:
         """Whether some trigger's sweep is due at now (so sweep_due would sweep)."""
         return now >= self._sweep_due
 
-    def sweep_due(self, now: float, horizon: float | None = None,
+    def sweep_due(self, now: Timestamp, horizon: Timestamp | None = None,
                   force: str | None = None) -> int:
         """Sweep the history of each trigger whose sweep is due at now (or `force`: that one).
 

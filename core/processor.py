@@ -318,7 +318,7 @@ class TriggerProcessor:
 
     # -- time ---------------------------------------------------------------------------
 
-    def expire(self, now: float) -> list[JournalRecord]:
+    def expire(self, now: Timestamp) -> list[JournalRecord]:
         """Expire joins whose deadline has passed; journal each dropped document."""
         # A suspended trigger holds its documents, but its open joins still age.
         if self.joins is None:
@@ -333,17 +333,17 @@ class TriggerProcessor:
                 ))
         return records
 
-    def next_deadline(self) -> float | None:
+    def next_deadline(self) -> Timestamp | None:
         """The earliest join deadline known (may be stale)."""
         return None if self.joins is None else self.joins.next_deadline()
 
-    def sweep(self, now: float) -> int:
+    def sweep(self, now: Timestamp) -> int:
         """Remove history entries older than the TTL."""
         return 0 if self.history is None else self.history.sweep(now)
 
     # -- suspension ---------------------------------------------------------------------
 
-    def resume(self, ts: float | None, reason: str = "resumed by command") -> JournalRecord:
+    def resume(self, ts: Timestamp | None, reason: str = "resumed by command") -> JournalRecord:
         """Lift a suspension; the runner redelivers the documents it held."""
         self.suspended = False
         self.suspended_reason = ""

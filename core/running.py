@@ -89,7 +89,7 @@ def run_service(
                 return _failed(step, exc, attempt, retries)
             retries.append((attempt, f"{type(exc).__name__}: {exc}"))
             if sleep is not None:
-                sleep(trigger.retry_interval)
+                sleep(trigger.retry_interval / 1000)  # sleeps take seconds
             attempt += 1
 
 
@@ -124,7 +124,7 @@ async def run_service_async(
                 import asyncio
 
                 sleep = asyncio.sleep
-            await sleep(trigger.retry_interval)
+            await sleep(trigger.retry_interval / 1000)  # sleeps take seconds
             if before_retry is not None:
                 await before_retry(attempt + 1)
             attempt += 1

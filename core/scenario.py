@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import orjson
 
-from .envelope import NotJson, Record, Timestamp, decode_value, record_time
+from .envelope import NotJson, Record, Timestamp, decode_value, record_time, seconds
 from .errors import ScenarioError
 from .pickling import by_fields
 from .triggers import TriggerSet, load_triggers
@@ -297,7 +297,11 @@ def parse_record_line(item: dict[str, Any], offsets: InputOffsets, where: str = 
                     lane.values[offset] = at
             else:
                 lane.values[offset] = value if line is None else line
-    return Record(topic, partition, offset, record_time(ts), value, key, headers)
+    try:
+        ms = record_time(ts)
+    except ValueError as exc:
+        raise ScenarioError(f"{_at(where)}'ts': {exc}") from None
+    return Record(topic, partition, offset, ms, value, key, headers)
 
 
 def _line_value(line: bytes) -> Any:
@@ -367,12 +371,16 @@ def read_history(path: Path, triggers: set[str]) -> Iterator[HistorySeed]:
         activation = item.get("activation")
         if activation is not None and not isinstance(activation, str):
             raise ScenarioError(f"{where}'activation' must be a string")
-        yield HistorySeed(trigger, identity, status, record_time(ts), failed, activation)
+        try:
+            ms = record_time(ts)
+        except ValueError as exc:
+            raise ScenarioError(f"{where}'ts': {exc}") from None
+        yield HistorySeed(trigger, identity, status, ms, failed, activation)
 
 
 def record_line(record: Record) -> dict[str, Any]:
     """A Record back in the input.jsonl form (for generators and the live runner)."""
-    line: dict[str, Any] = {"ts": record.ts, "topic": record.topic,
+    line: dict[str, Any] = {"ts": seconds(record.ts), "topic": record.topic,
                             "partition": record.partition, "offset": record.offset}
     if record.key is not None:
         line["key"] = record.key

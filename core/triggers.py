@@ -77,18 +77,19 @@ class TriggerDef:
     condition: str = ALL
     topics: tuple[str, ...] = ()
     service: str = "scripted"
-    join_timeout: float | None = 86400.0
+    # Durations are whole milliseconds (core/durations.py).
+    join_timeout: int | None = 86_400_000
     detect_duplicates: bool = True
     use_history: bool = True
-    history_ttl: float = 7200.0
+    history_ttl: int = 7_200_000
     resolver: str | None = None
     max_retry_attempts: int = 0
-    retry_interval: float = 10.0
+    retry_interval: int = 10_000
     on_retry_failure: str = ON_FAILURE_ERROR
     output: str = ""
     error: str = ""
     in_doubt: str = ""
-    history_sweep_interval: float = 600.0
+    history_sweep_interval: int = 600_000
     resource_check: str | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
@@ -272,7 +273,7 @@ def _parse_trigger(entry: Any, index: int, source: str, notes: _Notes) -> Trigge
             raise fail(key, f"expected true or false, got {toml_text(value)}")
         return value
 
-    def duration(key: str, default: str, allow_none: bool = False) -> float | None:
+    def duration(key: str, default: str, allow_none: bool = False) -> int | None:
         try:
             return parse_duration(entry.get(key, default), allow_none=allow_none)
         except ValueError as exc:

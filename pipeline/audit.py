@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 from onceflow import journal as J
-from onceflow.envelope import BadEnvelope, check_envelope
+from onceflow.envelope import BadEnvelope, check_envelope, seconds
 from onceflow.errors import ScenarioError
 from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.triggers import TriggerSet
@@ -147,7 +147,7 @@ class AuditRecords:
             activation = value.get("activation") or None
             targets = [name for name, types in self.routes.get(record.topic, ())
                        if doc_type in types]
-        return (pos, record.topic, record.partition, record.offset, float(record.ts),
+        return (pos, record.topic, record.partition, record.offset, float(seconds(record.ts)),
                 identity, activation, targets, None, doc_type)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from onceflow import journal as J
-from onceflow.envelope import MAX_IDENTITY_LENGTH
+from onceflow.envelope import MAX_IDENTITY_LENGTH, record_time
 from onceflow.triggers import TriggerSet
 
 from .archive import Archive
@@ -175,7 +175,9 @@ def _open_joins(triggers: TriggerSet, expected: Any, final_now: float | None) ->
             timeout, arity = joins[row["trigger"]]
             if row["members"] != row["types"] or row["members"] >= arity:
                 continue
-            if timeout is None or final_now is None or row["first"] + timeout >= final_now:
+            # In whole milliseconds, as the core decides (the columns hold seconds).
+            if timeout is None or final_now is None or \
+                    record_time(row["first"]) + timeout >= record_time(final_now):
                 rows.append((row["trigger"], row["activation"], True, row["last_end"]))
     return spark.createDataFrame(
         rows or [("", "", True, None)],
@@ -205,7 +207,7 @@ def check_runs(archive: Archive, triggers: TriggerSet, by_key: Any, journal: Any
     # shuffle, and only the violations (at most `limit * 4` of them) reach the driver.
     ttl = F.lit(None).cast("double")
     for name, trigger in promised.items():
-        ttl = F.when(F.col("trigger") == name, F.lit(float(trigger.history_ttl))).otherwise(ttl)
+        ttl = F.when(F.col("trigger") == name, F.lit(trigger.history_ttl / 1000)).otherwise(ttl)
     fields = ("pos", "ts", "topic", "partition", "offset", "identity", "activation", "outcome")
     order = Window.partitionBy("trigger", "hkey").orderBy(
         F.coalesce("pos", F.lit(-1)), "ts")
@@ -230,7 +232,7 @@ def check_runs(archive: Archive, triggers: TriggerSet, by_key: Any, journal: Any
             "twice", name,
             f"trigger {name!r} ran its service twice for identity {row['identity']!r}"
             + (f" (activation {row['activation']!r})" if name in joins else "")
-            + f" within its history TTL ({promised[name].history_ttl:g} s): "
+            + f" within its history TTL ({promised[name].history_ttl / 1000:g} s): "
             f"{_describe(archive, first)} ({earlier['outcome']}) and "
             f"{_describe(archive, second)} ({row['outcome']})",
             row["pos"]))

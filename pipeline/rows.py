@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-from onceflow.envelope import Document
+from onceflow.envelope import Document, seconds
 from onceflow.journal import JournalRecord
 from onceflow.processor import Output
 
@@ -219,7 +219,7 @@ class ResultBuilder:
         outcome.extend([r.outcome for r in records])
         identity.extend([r.identity for r in records])
         activation.extend([r.activation for r in records])
-        ts.extend([r.ts for r in records])
+        ts.extend([None if r.ts is None else seconds(r.ts) for r in records])
         topic.extend([r.topic for r in records])
         partition.extend([r.partition for r in records])
         offset.extend([r.offset for r in records])
@@ -252,10 +252,10 @@ class ResultBuilder:
         columns = self._held
         dumps = orjson.dumps
         for trigger, doc in documents:
-            row = [trigger, None, doc.identity, doc.activation, float(doc.ts), doc.topic,
+            row = [trigger, None, doc.identity, doc.activation, float(seconds(doc.ts)), doc.topic,
                    doc.partition, doc.offset, None, None, doc.position,
                    dumps({"trigger": trigger, "identity": doc.identity,
-                          "activation": doc.activation, "ts": doc.ts, "topic": doc.topic,
+                          "activation": doc.activation, "ts": seconds(doc.ts), "topic": doc.topic,
                           "partition": doc.partition, "offset": doc.offset}).decode()]
             for column, value in zip(columns, row, strict=True):
                 column.append(value)

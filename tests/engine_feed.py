@@ -8,7 +8,7 @@ from typing import Any
 
 from onceflow.calls import Callee
 from onceflow.engine import Engine, MemoryState
-from onceflow.envelope import Record
+from onceflow.envelope import Record, record_time
 from onceflow.triggers import parse_triggers
 
 
@@ -31,10 +31,11 @@ class Feed:
 
     def send(self, topic: str, ts: float, headers: dict[str, str] | None = None,
              offset: int | None = None, **value: Any) -> list[tuple[Any, ...]]:
+        """Send a record whose time is `ts` seconds (the core keeps milliseconds)."""
         if offset is None:
             offset = self.offsets.get(topic, -1) + 1
         self.offsets[topic] = max(offset, self.offsets.get(topic, -1))
-        record = Record(topic, 0, offset, ts, value, value.get("uuid"), headers or {})
+        record = Record(topic, 0, offset, record_time(ts), value, value.get("uuid"), headers or {})
         out = self.engine.process(record, self.position)
         self.position += 1
         self.outputs.extend(out.outputs or [])

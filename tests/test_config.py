@@ -48,8 +48,8 @@ def test_the_spec_example_reads_as_written(tmp_path: Path) -> None:
     assert t.condition == "all" and t.kind == "all"
     assert t.topics == ("documentA", "documentB")
     assert t.service == "scripted" and t.resolver == "scripted"
-    assert t.join_timeout == 86400.0
-    assert t.history_ttl == 7200.0 and t.retry_interval == 10.0
+    assert t.join_timeout == 86_400_000  # durations are whole milliseconds
+    assert t.history_ttl == 7_200_000 and t.retry_interval == 10_000
     assert (t.detect_duplicates, t.use_history) == (True, True)
     assert (t.max_retry_attempts, t.on_retry_failure) == (0, "error")
     assert (t.output, t.error, t.in_doubt) == ("orders.out", "orders.error",
@@ -66,13 +66,13 @@ def test_defaults_are_exactly_those_of_section_7(tmp_path: Path) -> None:
     assert t.condition == "all"
     assert t.topics == ("order", "payment")  # one topic per type, named as the type
     assert t.service == "scripted"
-    assert t.join_timeout == 86400.0  # 1d
+    assert t.join_timeout == 86_400_000  # 1d, in ms
     assert t.detect_duplicates is True
     assert t.use_history is True
-    assert t.history_ttl == 7200.0  # 2h
+    assert t.history_ttl == 7_200_000  # 2h
     assert t.resolver is None
     assert t.max_retry_attempts == 0
-    assert t.retry_interval == 10.0
+    assert t.retry_interval == 10_000
     assert t.on_retry_failure == "error"
     assert t.output == "pay.out"
     assert t.error == "pay.error"
@@ -126,9 +126,9 @@ persist_id_cache = false
     a, b = triggers.triggers
     assert a.output == "custom.out" and a.error == "a.error" and a.join_timeout is None
     assert b.topics == ("in",) and b.kind == "any"
-    assert (b.max_retry_attempts, b.retry_interval, b.on_retry_failure) == (3, 0.25,
+    assert (b.max_retry_attempts, b.retry_interval, b.on_retry_failure) == (3, 250,
                                                                              "suspend")
-    assert b.history_ttl == 300.0
+    assert b.history_ttl == 300_000
     assert (b.detect_duplicates, b.use_history) == (False, False)
     assert triggers.topic("in").id_cache_size == 2
     assert triggers.topic("in").persist_id_cache is False
@@ -236,7 +236,7 @@ def test_missing_file_invalid_toml_and_no_triggers(tmp_path: Path) -> None:
 def test_unknown_keys_are_warned_about_with_a_suggestion_not_fatal(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     triggers = load_triggers(write(tmp_path, BASE + 'join_timout = "5m"\n'))
-    assert triggers.triggers[0].join_timeout == 86400.0
+    assert triggers.triggers[0].join_timeout == 86_400_000
     err = capsys.readouterr().err
     assert "join_timout" in err and "did you mean 'join_timeout'" in err
     assert "trigger 't'" in err
@@ -244,12 +244,14 @@ def test_unknown_keys_are_warned_about_with_a_suggestion_not_fatal(
 
 # -- durations ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,seconds", [
-    ("250ms", 0.25), ("10s", 10.0), ("5m", 300.0), ("2h", 7200.0), ("1d", 86400.0),
-    ("0s", 0.0), ("1.5h", 5400.0), (" 30s ", 30.0), (45, 45.0), (0.5, 0.5),
+@pytest.mark.parametrize("text,ms", [
+    ("250ms", 250), ("10s", 10_000), ("5m", 300_000), ("2h", 7_200_000), ("1d", 86_400_000),
+    ("0s", 0), ("1.5h", 5_400_000), (" 30s ", 30_000), (45, 45_000), (0.5, 500),
+    ("10.001s", 10_001), ("0.0015s", 2), (10.001, 10_001),
 ])
-def test_durations(text: object, seconds: float) -> None:
-    assert parse_duration(text) == seconds
+def test_durations_are_whole_milliseconds(text: object, ms: int) -> None:
+    got = parse_duration(text)
+    assert got == ms and type(got) is int
 
 
 @pytest.mark.parametrize("text", ["none", "None", " NONE "])
@@ -267,6 +269,7 @@ def test_bad_durations_say_what_is_expected(text: object) -> None:
     assert "duration" in str(info.value)
 
 
-@pytest.mark.parametrize("seconds", [0.25, 10.0, 300.0, 7200.0, 86400.0, 90.0, None])
-def test_format_duration_reads_back(seconds: float | None) -> None:
-    assert parse_duration(format_duration(seconds), allow_none=True) == seconds
+@pytest.mark.parametrize("ms", [250, 10_000, 300_000, 7_200_000, 86_400_000, 90_000, 1_500,
+                                10_001, None])
+def test_format_duration_reads_back(ms: int | None) -> None:
+    assert parse_duration(format_duration(ms), allow_none=True) == ms

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from onceflow.calls import CallContext, Callee
 from onceflow.decision import Status, decide
-from onceflow.envelope import Document
+from onceflow.envelope import Document, record_time
 from onceflow.errors import HistoryUnavailable, TransientError
 from onceflow.history import History
 from onceflow.triggers import TriggerDef
 
 NEW, DUP, REJ, DOUBT, SUSPEND = (Status.NEW, Status.DUPLICATE, Status.REJECTED,
                                  Status.IN_DOUBT, Status.SUSPEND)
-TTL = 7200.0
+TTL = 7_200_000  # ms
 
 
 def make_trigger(**settings: Any) -> TriggerDef:
@@ -30,7 +30,7 @@ def make_trigger(**settings: Any) -> TriggerDef:
 def make_doc(identity: str = "u-1", delivery_count: int = 1, ts: float = 100.0,
              body: Any = None) -> Document:
     return Document(type="a", identity=identity, activation=None,
-                    envelope={"uuid": identity, "body": body or {}}, ts=ts, topic="a",
+                    envelope={"uuid": identity, "body": body or {}}, ts=record_time(ts), topic="a",
                     partition=0, offset=0, message_id="a/0@0",
                     delivery_count=delivery_count)
 
@@ -52,7 +52,7 @@ class Resolver:
         return Callee("test:resolver", self, True, False)
 
 
-def history_with(entries: dict[str, list[Any]] | None = None, ttl: float = TTL) -> History:
+def history_with(entries: dict[str, list[Any]] | None = None, ttl: int = TTL) -> History:
     return History(dict(entries or {}), ttl)
 
 
@@ -61,7 +61,7 @@ def history_with(entries: dict[str, list[Any]] | None = None, ttl: float = TTL) 
 def seeded(*steps: tuple[str, bool], identity: str = "u-1", start: float = 50.0) -> History:
     history = history_with()
     for status, failed in steps:
-        history.seed(identity, status, start, failed)
+        history.seed(identity, status, record_time(start), failed)
     return history
 
 
@@ -244,15 +244,15 @@ def test_long_identity_without_history_is_judged_on_delivery_count_only() -> Non
 @pytest.mark.parametrize("doc_ts,expected", [(50.0, DUP), (60.0, DUP), (60.001, NEW),
                                              (1000.0, NEW)])
 def test_entry_older_than_ttl_is_ignored(doc_ts: float, expected: Status) -> None:
-    history = History({}, ttl=10.0)
-    history.seed("u-1", "completed", 50.0)
+    history = History({}, ttl=10_000)
+    history.seed("u-1", "completed", 50_000)
     decision = decide(make_trigger(), make_doc(ts=doc_ts), history, "u-1", None)
     assert decision.status is expected
 
 
 def test_expired_processing_entry_does_not_make_in_doubt() -> None:
-    history = History({}, ttl=10.0)
-    history.seed("u-1", "processing", 0.0)
+    history = History({}, ttl=10_000)
+    history.seed("u-1", "processing", 0)
     assert decide(make_trigger(), make_doc(ts=5.0), history, "u-1", None).status is DOUBT
     assert decide(make_trigger(), make_doc(ts=11.0), history, "u-1", None).status is NEW
 
@@ -364,27 +364,27 @@ def test_history_unavailable_and_resolver_transient_is_in_doubt() -> None:
 
 def test_history_entries_share_the_start_time_and_go_together() -> None:
     store: dict[str, Any] = {}
-    history = History(store, ttl=100.0)
-    history.mark_processing("u-1", 10.0)
-    entry = history.lookup("u-1", 20.0)
+    history = History(store, ttl=100_000)  # times in ms
+    history.mark_processing("u-1", 10_000)
+    entry = history.lookup("u-1", 20_000)
     assert entry is not None and entry.processing and not entry.completed
-    history.mark_completed("u-1", 10.0, failed=False)
-    entry = history.lookup("u-1", 20.0)
+    history.mark_completed("u-1", 10_000, failed=False)
+    entry = history.lookup("u-1", 20_000)
     assert entry is not None and entry.processing and entry.completed and not entry.failed
-    assert entry.started == 10.0
-    history.mark_processing("u-2", 200.0)
-    history.mark_completed("u-2", 200.0, failed=True)
+    assert entry.started == 10_000
+    history.mark_processing("u-2", 200_000)
+    history.mark_completed("u-2", 200_000, failed=True)
     # The sweep at 150 removes u-1 (older than 100 s) but not u-2, and removes both
     # entries of u-1 at once.
-    assert history.sweep(150.0) == 1
-    assert history.lookup("u-1", 20.0) is None
-    entry = history.lookup("u-2", 250.0)
+    assert history.sweep(150_000) == 1
+    assert history.lookup("u-1", 20_000) is None
+    entry = history.lookup("u-2", 250_000)
     assert entry is not None and entry.failed
     history.remove("u-2")
-    assert history.lookup("u-2", 250.0) is None
+    assert history.lookup("u-2", 250_000) is None
     assert len(history) == 0
 
 
 def test_history_seed_rejects_unknown_status() -> None:
     with pytest.raises(ValueError):
-        History({}, TTL).seed("u-1", "started", 0.0)
+        History({}, TTL).seed("u-1", "started", 0)

@@ -257,7 +257,7 @@ def test_open_joins_of_a_suspended_trigger_still_expire(tmp_path: Path) -> None:
 
 def test_a_seed_without_activation_applies_to_a_simple_trigger() -> None:
     engine = engine_for({"name": "t", "types": ["a"]})
-    engine.seed_history("t", "u-1", "completed", 0.0)
+    engine.seed_history("t", "u-1", "completed", 0)
     assert Feed(engine).send("a", 1, uuid="u-1", activation="x") == [
         ("t", "duplicate", "u-1")]
 
@@ -266,14 +266,14 @@ def test_a_seed_with_activation_applies_to_a_simple_trigger_too() -> None:
     # history.jsonl may carry an activation (an added key); a simple trigger keeps its
     # history by identity, so the seed must land where its lookups go.
     engine = engine_for({"name": "t", "types": ["a"]})
-    engine.seed_history("t", "u-1", "completed", 0.0, activation="x")
+    engine.seed_history("t", "u-1", "completed", 0, activation="x")
     assert Feed(engine).send("a", 1, uuid="u-1", activation="x") == [
         ("t", "duplicate", "u-1")]
 
 
 def test_a_seed_with_activation_binds_a_join_trigger_to_that_activation() -> None:
     engine = engine_for({"name": "j", "types": ["a", "b"]})
-    engine.seed_history("j", "u-1", "processing", 0.0, activation="x")
+    engine.seed_history("j", "u-1", "processing", 0, activation="x")
     feed = Feed(engine)
     assert feed.send("a", 1, uuid="u-1", activation="x") == [("j", "in-doubt", "u-1")]
     assert feed.send("a", 2, uuid="u-1", activation="y") == [("j", "join-pending", "u-1")]
@@ -281,7 +281,7 @@ def test_a_seed_with_activation_binds_a_join_trigger_to_that_activation() -> Non
 
 def test_seeds_for_a_trigger_without_history_are_ignored() -> None:
     engine = engine_for({"name": "t", "types": ["a"], "use_history": False})
-    engine.seed_history("t", "u-1", "completed", 0.0)
+    engine.seed_history("t", "u-1", "completed", 0)
     assert Feed(engine).send("a", 1, uuid="u-1") == [("t", "processed", "u-1")]
 
 

@@ -19,6 +19,7 @@ from onceflow.envelope import (
     encode_value,
     parse_delivery_count,
     record_time,
+    seconds,
 )
 from onceflow.ingress import MAX_KEY_LENGTH, DeliveryCounter, IdCache, Ingress
 from onceflow.scenario import InputOffsets, parse_record_line
@@ -381,17 +382,34 @@ def test_a_producer_retry_repeating_dup_id_and_message_id_is_dropped() -> None:
 
 # -- record time (spec section 7) --------------------------------------------------------------
 
-@pytest.mark.parametrize(("ts", "rounded"), [
-    (1.2501, 1.25), (1.2505001, 1.251), (5, 5), (0.0004, 0.0), (1700000000.1234, 1700000000.123),
-    (1e300, 1e300), (float("inf"), float("inf")),
+@pytest.mark.parametrize(("ts", "ms"), [
+    (1.2501, 1250), (1.2505001, 1251), (5, 5000), (0.0004, 0),
+    (1700000000.1234, 1700000000123), (10.001, 10001), (20.001, 20001),
 ])
-def test_record_time_has_millisecond_resolution(ts: float, rounded: float) -> None:
+def test_record_time_is_whole_milliseconds(ts: float, ms: int) -> None:
     got = record_time(ts)
-    assert got == rounded and type(got) is type(rounded)
+    assert got == ms and type(got) is int
+
+
+@pytest.mark.parametrize("ts", [float("inf"), float("-inf"), float("nan")])
+def test_a_record_time_that_is_not_finite_is_refused(ts: float) -> None:
+    with pytest.raises(ValueError, match="finite"):
+        record_time(ts)
+
+
+@pytest.mark.parametrize(("ms", "reported"), [
+    (5000, 5), (0, 0), (1250, 1.25), (20001, 20.001), (1700000000123, 1700000000.123),
+    (-1, -0.001),
+])
+def test_the_journal_reports_milliseconds_as_seconds(ms: int, reported: float) -> None:
+    got = seconds(ms)
+    assert got == reported and type(got) is type(reported)
+    assert record_time(got) == ms  # and reads back as the same time
 
 
 def test_record_time_rounds_as_round_does() -> None:
-    # Ties go to the even millisecond, negatives and the edges of the fast path included.
+    # Ties go to the even millisecond, negatives included; reported back in seconds as
+    # the nearest float to the rounded value.
     import random
 
     picks = random.Random(7)
@@ -402,12 +420,12 @@ def test_record_time_rounds_as_round_does() -> None:
     values += [picks.randrange(-10**12, 10**12) / 1000 + 0.0005 for _ in range(20_000)]
     values += [picks.randrange(0, 2**60) / 1000 for _ in range(5_000)]
     for ts in values:
-        expected = round(ts * 1000.0) / 1000
         got = record_time(ts)
-        assert got == expected and type(got) is float and str(got) == str(expected), ts
+        assert got == round(ts * 1000.0) and type(got) is int, ts
+        assert float(seconds(got)) == round(ts * 1000.0) / 1000, ts
 
 
 def test_scenario_records_are_read_at_millisecond_resolution() -> None:
     record = parse_record_line({"ts": 1.2501, "topic": "t", "value": {}},
                                InputOffsets())
-    assert record.ts == 1.25
+    assert record.ts == 1250

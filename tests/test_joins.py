@@ -8,9 +8,12 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onceflow.calls import CallContext, Callee
+from onceflow.durations import parse_duration
 from onceflow.engine import Engine, MemoryState
-from onceflow.envelope import Document, Record
+from onceflow.envelope import Document, Record, record_time, seconds
 from onceflow.joins import (
     COMPLETE,
     DISCARDED,
@@ -25,29 +28,30 @@ from onceflow.triggers import TriggerDef, parse_triggers
 
 def doc(identity: str, type_: str, activation: str | None = "act", ts: float = 0.0,
         body: Any = None, offset: int = 0) -> Document:
+    """A document whose record time is `ts` seconds (kept in milliseconds)."""
     envelope: dict[str, Any] = {"uuid": identity, "body": body or {}}
     if activation is not None:
         envelope["activation"] = activation
     return Document(type=type_, identity=identity, activation=activation, envelope=envelope,
-                    ts=ts, topic=type_, partition=0, offset=offset,
+                    ts=record_time(ts), topic=type_, partition=0, offset=offset,
                     message_id=f"{type_}/0@{offset}", delivery_count=1)
 
 
 # -- AllJoin ------------------------------------------------------------------------------
 
 def test_all_join_waits_for_every_type_then_completes_with_members_in_arrival_order() -> None:
-    join = AllJoin(frozenset({"a", "b", "c"}), timeout=60.0)
+    join = AllJoin(frozenset({"a", "b", "c"}), timeout=60_000)
     state, step = join.on_document(None, doc("c-1", "c", ts=10))
     assert step.kind == PENDING
-    assert join.deadline(state) == 70.0  # first document ts + join_timeout
+    assert join.deadline(state) == 70_000  # first document ts + join_timeout, in ms
     state, step = join.on_document(state, doc("a-1", "a", ts=20))
     assert step.kind == PENDING
-    assert join.deadline(state) == 70.0  # later members do not move the deadline
+    assert join.deadline(state) == 70_000  # later members do not move the deadline
     state, step = join.on_document(state, doc("b-1", "b", ts=30))
     assert step.kind == COMPLETE
     assert state is None
     assert [m.identity for m in step.members] == ["c-1", "a-1", "b-1"]
-    assert [m.ts for m in step.members] == [10, 20, 30]
+    assert [m.ts for m in step.members] == [10_000, 20_000, 30_000]
 
 
 def test_all_join_state_is_a_plain_json_value() -> None:
@@ -62,7 +66,7 @@ def test_all_join_state_is_a_plain_json_value() -> None:
 
 
 def test_all_join_discards_a_second_instance_of_a_pending_type() -> None:
-    join = AllJoin(frozenset({"a", "b"}), timeout=60.0)
+    join = AllJoin(frozenset({"a", "b"}), timeout=60_000)
     state, _ = join.on_document(None, doc("a-1", "a"))
     again, step = join.on_document(state, doc("a-2", "a", ts=1))
     assert step.kind == DISCARDED
@@ -73,7 +77,7 @@ def test_all_join_discards_a_second_instance_of_a_pending_type() -> None:
 
 
 def test_a_redelivery_of_a_waiting_member_is_neither_joined_nor_discarded() -> None:
-    join = AllJoin(frozenset({"a", "b"}), timeout=60.0)
+    join = AllJoin(frozenset({"a", "b"}), timeout=60_000)
     state, _ = join.on_document(None, doc("a-1", "a", offset=3))
     assert join.waiting(state, doc("a-1", "a", offset=3))  # the broker delivers it again
     assert not join.waiting(state, doc("a-1", "a", offset=4))  # a re-sent copy
@@ -86,7 +90,7 @@ def test_a_redelivery_of_a_waiting_member_is_neither_joined_nor_discarded() -> N
 
 
 def test_all_join_timeout_drops_the_pending_documents() -> None:
-    join = AllJoin(frozenset({"a", "b", "c"}), timeout=60.0)
+    join = AllJoin(frozenset({"a", "b", "c"}), timeout=60_000)
     state, _ = join.on_document(None, doc("a-1", "a"))
     state, _ = join.on_document(state, doc("b-1", "b", ts=1))
     assert sorted(d.identity for d in join.on_timeout(state)) == ["a-1", "b-1"]
@@ -95,11 +99,11 @@ def test_all_join_timeout_drops_the_pending_documents() -> None:
 # -- OnlyOneJoin ----------------------------------------------------------------------------
 
 def test_only_one_runs_the_first_and_discards_the_rest_of_the_window() -> None:
-    join = OnlyOneJoin(timeout=30.0)
+    join = OnlyOneJoin(timeout=30_000)
     state, step = join.on_document(None, doc("a-1", "a", ts=100))
     assert step.kind == COMPLETE
     assert [m.identity for m in step.members] == ["a-1"]
-    assert join.deadline(state) == 130.0
+    assert join.deadline(state) == 130_000
     for other in (doc("b-1", "b", ts=101), doc("a-2", "a", ts=130)):
         kept, step = join.on_document(state, other)
         assert step.kind == DISCARDED
@@ -107,7 +111,7 @@ def test_only_one_runs_the_first_and_discards_the_rest_of_the_window() -> None:
     assert join.on_timeout(state) == []  # a closing window drops nothing
     # After the time-out the book deletes the state: the next document opens a window.
     state, step = join.on_document(None, doc("b-2", "b", ts=131))
-    assert step.kind == COMPLETE and join.deadline(state) == 161.0
+    assert step.kind == COMPLETE and join.deadline(state) == 161_000
 
 
 def test_only_one_without_timeout_never_reopens() -> None:
@@ -120,7 +124,7 @@ def test_only_one_without_timeout_never_reopens() -> None:
 
 # -- JoinBook -------------------------------------------------------------------------------
 
-def all_trigger(timeout: float | None = 60.0, types: tuple[str, ...] = ("a", "b"),
+def all_trigger(timeout: int | None = 60_000, types: tuple[str, ...] = ("a", "b"),
                 **more: Any) -> TriggerDef:
     return TriggerDef(name="j", types=types, condition="all", join_timeout=timeout, **more)
 
@@ -137,49 +141,49 @@ def test_join_book_keeps_one_join_per_activation() -> None:
 
 
 def test_join_book_expires_only_after_the_deadline_has_passed() -> None:
-    book = JoinBook(all_trigger(timeout=60.0), {})
+    book = JoinBook(all_trigger(timeout=60_000), {})
     book.on_document(doc("a-1", "a", "x", ts=0))
     book.on_document(doc("a-2", "a", "y", ts=30))
-    assert book.next_deadline() == 60.0
-    assert book.expire(60.0) == []  # at the deadline the join is still open
-    expired = book.expire(60.5)
+    assert book.next_deadline() == 60_000
+    assert book.expire(60_000) == []  # at the deadline the join is still open
+    expired = book.expire(60_001)
     assert [(act, [d.identity for d in docs]) for act, docs in expired] == [("x", ["a-1"])]
-    assert book.expire(90.0) == []
-    assert [act for act, _ in book.expire(91.0)] == ["y"]
+    assert book.expire(90_000) == []
+    assert [act for act, _ in book.expire(90_001)] == ["y"]
     assert len(book) == 0
 
 
 def test_join_book_skips_stale_deadlines_of_completed_joins() -> None:
-    book = JoinBook(all_trigger(timeout=60.0), {})
+    book = JoinBook(all_trigger(timeout=60_000), {})
     book.on_document(doc("a-1", "a", "x", ts=0))
     book.on_document(doc("b-1", "b", "x", ts=10))  # completes
     book.on_document(doc("a-2", "a", "x", ts=70))  # a new join for x, deadline 130
-    assert book.expire(100.0) == []  # the old deadline 60 must not drop the new join
-    assert [d.identity for _, docs in book.expire(131.0) for d in docs] == ["a-2"]
+    assert book.expire(100_000) == []  # the old deadline 60 must not drop the new join
+    assert [d.identity for _, docs in book.expire(130_001) for d in docs] == ["a-2"]
 
 
 def test_open_joins_survive_a_restart() -> None:
     store: dict[str, Any] = {}
-    book = JoinBook(all_trigger(timeout=60.0), store)
+    book = JoinBook(all_trigger(timeout=60_000), store)
     book.on_document(doc("a-1", "a", "x", ts=0))
     book.on_document(doc("a-2", "a", "y", ts=50))
     # A new worker builds its book over the same (changelogged) store.
     store = json.loads(json.dumps(store))
-    after = JoinBook(all_trigger(timeout=60.0), store)
-    assert after.next_deadline() == 60.0
+    after = JoinBook(all_trigger(timeout=60_000), store)
+    assert after.next_deadline() == 60_000
     step = after.on_document(doc("b-1", "b", "y", ts=55))
     assert [m.identity for m in step.members] == ["a-2", "b-1"]
-    assert [d.identity for _, docs in after.expire(61.0) for d in docs] == ["a-1"]
+    assert [d.identity for _, docs in after.expire(60_001) for d in docs] == ["a-1"]
 
 
 def test_join_book_restore_undoes_a_document() -> None:
-    book = JoinBook(all_trigger(timeout=60.0), {})
+    book = JoinBook(all_trigger(timeout=60_000), {})
     book.on_document(doc("a-1", "a", "x", ts=0))
     step = book.on_document(doc("b-1", "b", "x", ts=1))
     assert step.kind == COMPLETE and book.get("x") is None
     book.restore("x", step.previous)  # the run was suspended: a-1 waits again
     assert list(book.get("x")["members"]) == ["a"]
-    assert [d.identity for _, docs in book.expire(61.0) for d in docs] == ["a-1"]
+    assert [d.identity for _, docs in book.expire(60_001) for d in docs] == ["a-1"]
 
 
 def test_join_book_refuses_a_trigger_without_join() -> None:
@@ -223,10 +227,11 @@ class Feed:
     def send(self, topic: str, ts: float, **value: Any) -> list[tuple[Any, ...]]:
         offset = self.offsets.get(topic, -1) + 1
         self.offsets[topic] = offset
-        record = Record(topic, 0, offset, ts, value)
+        record = Record(topic, 0, offset, record_time(ts), value)
         out = self.engine.process(record, self.position)
         self.position += 1
-        return [(r.trigger, r.outcome, r.identity, r.activation, r.ts) for r in out.journal]
+        return [(r.trigger, r.outcome, r.identity, r.activation, seconds(r.ts))
+                for r in out.journal]
 
 
 FULFIL = {"name": "fulfil", "types": ["order", "payment"], "join_timeout": "1m"}
@@ -258,16 +263,16 @@ def test_history_of_members_is_written_when_the_join_runs_not_while_pending() ->
     history = engine.processors["fulfil"].history
     assert history is not None
     for identity in ("o-1", "p-1"):
-        entry = history.lookup("c\x1f" + identity, 7)
+        entry = history.lookup("c\x1f" + identity, 7000)
         assert entry is not None and entry.completed and not entry.failed
-        assert entry.started == 7  # the start of the join's run
+        assert entry.started == 7000  # the start of the join's run
 
 
 def test_a_redelivered_waiting_member_gets_no_terminal_record_before_its_join_ends() -> None:
     engine = engine_for(FULFIL)
     feed = Feed(engine)
     feed.send("order", 0, uuid="o-1", activation="c")
-    again = engine.process(Record("order", 0, 0, 1, {"uuid": "o-1", "activation": "c"}), 1)
+    again = engine.process(Record("order", 0, 0, 1000, {"uuid": "o-1", "activation": "c"}), 1)
     assert [(r.outcome, r.identity, r.offset) for r in again.journal] == [
         ("join-pending", "o-1", 0)]
     assert feed.send("payment", 2, uuid="p-1", activation="c") == [
@@ -278,9 +283,9 @@ def test_moving_time_by_hand_expires_a_join_exactly_after_its_deadline() -> None
     engine = engine_for(FULFIL)
     feed = Feed(engine)
     feed.send("order", 0, uuid="o-1", activation="c")
-    assert engine.advance(60) == []
-    assert engine.advance(59) == []  # time never goes back
-    (record,) = engine.advance(60.001)
+    assert engine.advance(60_000) == []  # at the deadline the join still accepts
+    assert engine.advance(59_000) == []  # time never goes back
+    (record,) = engine.advance(60_001)
     assert (record.trigger, record.outcome, record.identity, record.ts) == (
         "fulfil", "join-expired", "o-1", 0)
     # A later payment with that activation starts a new join.
@@ -302,7 +307,7 @@ def test_a_late_record_older_than_partition_time_does_not_expire_anything() -> N
     feed = Feed(engine)
     feed.send("order", 100, uuid="o-1", activation="c")  # deadline 160
     feed.send("order", 10, uuid="o-2", activation="d")  # deadline 70, time stays 100
-    assert engine.now == 100
+    assert engine.now == 100_000
     assert feed.send("payment", 160, uuid="p-1", activation="c") == [
         ("fulfil", "join-expired", "o-2", "d", 10),
         ("fulfil", "processed", "o-1", "c", 100),
@@ -348,7 +353,7 @@ def test_a_join_that_failed_reports_error_for_each_member_and_one_error_document
     engine = engine_for(FULFIL)
     feed = Feed(engine)
     feed.send("order", 0, uuid="o-1", activation="c")
-    out = engine.process(Record("payment", 0, 0, 1, {"uuid": "p-1", "activation": "c",
+    out = engine.process(Record("payment", 0, 0, 1000, {"uuid": "p-1", "activation": "c",
                                                      "body": {"raise": "fatal"}}), 1)
     assert [(r.outcome, r.identity) for r in out.journal] == [("error", "o-1"),
                                                               ("error", "p-1")]
@@ -415,7 +420,7 @@ def test_restarted_engine_still_expires_joins_opened_before_the_restart() -> Non
     first = engine_for(FULFIL)
     Feed(first).send("order", 0, uuid="o-1", activation="c")
     second = engine_for(FULFIL, state=first.state)
-    expired = second.advance(61)
+    expired = second.advance(61_000)
     assert [(r.outcome, r.identity, r.ts) for r in expired] == [("join-expired", "o-1", 0)]
 
 
@@ -442,3 +447,95 @@ def test_a_late_xor_window_behind_partition_time_does_not_discard() -> None:
     feed.send("a", 5, uuid="a-1", activation="x")  # window until 15
     assert feed.send("b", 1000, uuid="b-1", activation="x") == [
         ("pick", "processed", "b-1", "x", 1000)]
+
+
+# -- time in whole milliseconds (spec section 4) ---------------------------------------------
+# In float seconds 10.001 + 10 is 20.000999999999998: a join opened at 10.001 with a 10 s
+# time-out expired a document at exactly 20.001.  A deadline is t + d in whole ms: the
+# join accepts a document at t + d and expires one millisecond later.
+
+BOUNDARY_TRIGGERS = (
+    {"name": "pair", "types": ["order", "payment"], "join_timeout": "10s"},
+    {"name": "pick", "types": ["alert", "alert"], "condition": "only_one",
+     "join_timeout": "10s"},
+    {"name": "bill", "types": ["invoice"], "history_ttl": "10s"},
+)
+
+
+def boundary_outcomes(start: int, late_ms: int, timeout: str = "10s") -> dict[str, str]:
+    """What each trigger makes of a second document `late_ms` after start + timeout (ms)."""
+    d = parse_duration(timeout)
+    assert d is not None
+    triggers = [dict(t, join_timeout=timeout) if "join_timeout" in t
+                else dict(t, history_ttl=timeout) for t in BOUNDARY_TRIGGERS]
+    feed = Feed(engine_for(*triggers))
+    feed.send("order", seconds(start), uuid="o-1", activation="c")
+    feed.send("alert", seconds(start), uuid="a-1", activation="w")
+    feed.send("invoice", seconds(start), uuid="i-1")
+    at = seconds(start + d + late_ms)
+    outcomes = {}
+    for topic, value in (("payment", {"uuid": "p-1", "activation": "c"}),
+                         ("alert", {"uuid": "a-2", "activation": "w"}),
+                         ("invoice", {"uuid": "i-1"})):
+        for trigger, outcome, identity, _, _ in feed.send(topic, at, **value):
+            if identity in ("o-1", "a-2", "i-1"):
+                outcomes[trigger] = outcome
+    return outcomes
+
+
+HELD = {"pair": "processed", "pick": "join-discarded", "bill": "duplicate"}
+ENDED = {"pair": "join-expired", "pick": "processed", "bill": "processed"}
+
+
+def test_a_join_a_window_and_a_history_entry_hold_at_t_plus_d_exactly() -> None:
+    assert boundary_outcomes(10_001, 0) == HELD
+
+
+def test_a_join_a_window_and_a_history_entry_end_one_millisecond_after_t_plus_d() -> None:
+    assert boundary_outcomes(10_001, 1) == ENDED
+
+
+def test_the_state_machines_keep_deadlines_in_whole_milliseconds() -> None:
+    join = AllJoin(frozenset({"a", "b"}), timeout=10_000)
+    state, _ = join.on_document(None, doc("a-1", "a", ts=10.001))
+    assert join.deadline(state) == 20_001 and type(join.deadline(state)) is int
+    window = OnlyOneJoin(timeout=10_000)
+    state, _ = window.on_document(None, doc("a-1", "a", ts=10.001))
+    assert window.deadline(state) == 20_001
+    _, step = window.on_document(state, doc("a-2", "a", ts=20.001))
+    assert step.kind == DISCARDED and "open until 20.001" in step.reason
+
+
+def test_an_only_one_window_without_timeout_says_it_never_closes() -> None:
+    window = OnlyOneJoin(timeout=None)
+    state, _ = window.on_document(None, doc("a-1", "a"))
+    _, step = window.on_document(state, doc("a-2", "a", ts=5))
+    assert step.kind == DISCARDED
+    assert "None" not in step.reason and "join_timeout is none" in step.reason
+
+
+def test_a_join_state_stored_in_seconds_by_an_earlier_version_is_read_in_ms() -> None:
+    # Before time was kept in ms, a changelogged join held its deadline in seconds (a
+    # float) and its members' "ts" in seconds.
+    member = doc("a-1", "a", "x").to_json()
+    del member["ts_ms"]
+    member["ts"] = 10.001
+    store: dict[str, Any] = {"x": {"deadline": 20.001, "members": {"a": member}}}
+    book = JoinBook(all_trigger(timeout=10_000), store)
+    assert book.next_deadline() == 20_001
+    assert book.expire(20_001) == []
+    step = book.on_document(doc("b-1", "b", "x", ts=20.001))
+    assert step.kind == COMPLETE and [m.ts for m in step.members] == [10_001, 20_001]
+    store["y"] = {"deadline": 20.001, "members": {"a": member}}
+    book.rebuild_index()
+    assert [(act, [d.ts for d in docs]) for act, docs in book.expire(20_002)] == [
+        ("y", [10_001])]
+
+
+@given(start=st.integers(min_value=0, max_value=4_000_000_000_000),
+       timeout=st.sampled_from(["250ms", "1s", "10s", "1m", "2h", "1d"]))
+@settings(max_examples=60, deadline=None)
+def test_any_millisecond_start_holds_until_exactly_its_deadline(start: int,
+                                                                 timeout: str) -> None:
+    assert boundary_outcomes(start, 0, timeout) == HELD, (start, timeout)
+    assert boundary_outcomes(start, 1, timeout) == ENDED, (start, timeout)

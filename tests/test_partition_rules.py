@@ -30,7 +30,7 @@ def partition_for(*tables: dict[str, Any]) -> tuple[Partition, MemoryState]:
     return Partition(processors, HeldInMemory(list(processors))), state
 
 
-def doc(identity: str, ts: float = 0, activation: str | None = None) -> Document:
+def doc(identity: str, ts: int = 0, activation: str | None = None) -> Document:
     envelope = {"uuid": identity, "activation": activation}
     return Document("a", identity, activation, envelope, ts, "a", 0, 0, identity, 1)
 
@@ -57,11 +57,11 @@ def test_a_join_expires_when_time_passes_its_deadline_and_on_a_late_record() -> 
     sink = Sink()
     processor.take(doc("u-1", 0, activation="act"), sink)
     assert [r.outcome for r in sink.journal] == ["join-pending"]
-    partition.advance(10, journal)  # the deadline itself: not expired
+    partition.advance(10_000, journal)  # the deadline itself (ms): not expired
     assert journal == []
-    partition.advance(5, journal)  # a late record: time stays, nothing is due yet
+    partition.advance(5_000, journal)  # a late record: time stays, nothing is due yet
     assert journal == []
-    partition.advance(10.001, journal)
+    partition.advance(10_001, journal)
     assert [(r.outcome, r.activation) for r in journal] == [("join-expired", "act")]
 
 
@@ -72,18 +72,19 @@ def test_sweeps_follow_each_triggers_interval_and_a_horizon_holds_them_back() ->
         {"name": "fast", "types": ["a"], "history_ttl": "1m", "history_sweep_interval": "1m"},
         {"name": "slow", "types": ["a"], "history_ttl": "1m", "history_sweep_interval": "1h"})
     for name in ("fast", "slow"):
-        History(state.history_store(name), 60).mark_completed("old", 0, False)
+        History(state.history_store(name), 60_000).mark_completed("old", 0, False)
+    # Times in ms.
     assert partition.sweep_is_due(0)  # the first call only schedules...
     assert partition.sweep_due(0) == 0
-    assert not partition.sweep_is_due(59)  # ...the sweep of "fast" one minute later
-    assert partition.sweep_due(59) == 0
-    assert partition.sweep_is_due(60)
+    assert not partition.sweep_is_due(59_999)  # ...the sweep of "fast" one minute later
+    assert partition.sweep_due(59_999) == 0
+    assert partition.sweep_is_due(60_000)
     # Due for "fast", but no partition has seen past 30 s: nothing older than that goes.
-    assert partition.sweep_due(61, horizon=30) == 0
+    assert partition.sweep_due(61_000, horizon=30_000) == 0
     assert "old" in state.history_store("fast")
-    assert partition.sweep_due(200) == 1
+    assert partition.sweep_due(200_000) == 1
     assert "old" not in state.history_store("fast") and "old" in state.history_store("slow")
-    assert partition.sweep_due(201, force="slow") == 1
+    assert partition.sweep_due(201_000, force="slow") == 1
     assert "old" not in state.history_store("slow")
 
 
@@ -170,20 +171,28 @@ def test_the_routing_key_is_the_activation_for_joins_and_the_identity_otherwise(
 
 # -- stored history values ----------------------------------------------------------------
 
-def test_history_values_carry_their_version_and_version_1_is_still_read() -> None:
-    assert encode_entry(12.5, 3) == [12.5, 3, VERSION]
-    assert decode_entry([12.5, 3, VERSION]) == (12.5, 3)
-    assert decode_entry([12.5, 3]) == (12.5, 3)  # written before values had a version
-    store: dict[str, Any] = {"old": [10, 3], "new": encode_entry(10, 7)}
-    history = History(store, ttl=100)
-    old, new = history.lookup("old", 50), history.lookup("new", 50)
-    assert old == HistoryEntry(10, 3) and old.completed and not old.failed
+def test_history_values_carry_their_version_and_versions_1_and_2_are_still_read() -> None:
+    assert encode_entry(12_500, 3) == [12_500, 3, VERSION]  # start time in ms
+    assert decode_entry([12_500, 3, VERSION]) == (12_500, 3)
+    # Versions 1 (no version) and 2 kept the start time in seconds.
+    assert decode_entry([12.5, 3]) == (12_500, 3)
+    assert decode_entry([12.5, 3, 2]) == (12_500, 3)
+    assert decode_entry([10.001, 3, 2]) == (10_001, 3)  # rounded, not truncated
+    store: dict[str, Any] = {"old": [10, 3], "v2": [10.0, 3, 2], "new": encode_entry(10_000, 7)}
+    history = History(store, ttl=100_000)
+    old, v2, new = (history.lookup(key, 50_000) for key in ("old", "v2", "new"))
+    assert old == HistoryEntry(10_000, 3) and old.completed and not old.failed
+    assert v2 == HistoryEntry(10_000, 3)
     assert new is not None and new.failed
+    # An entry written in seconds expires on the same millisecond as one written in ms.
+    assert history.lookup("v2", 110_000) is not None and history.lookup("v2", 110_001) is None
+    assert history.expired_keys(110_001) == ["old", "v2", "new"]
 
 
 @pytest.mark.parametrize("value", [
     [1, 3, VERSION + 1], [1, 3, 99, 4], [1], "1,3", {"started": 1}, 7, [1, 0], [1, 8],
-    ["1", 3], [1, True], [True, 3], [1, 3.0], [float("nan"), "x"],
+    ["1", 3], [1, True], [True, 3], [1, 3.0], [float("nan"), "x"], [1.5, 3, VERSION],
+    [float("nan"), 3], [float("inf"), 3, 2],
 ])
 def test_a_history_value_this_version_cannot_read_makes_history_unavailable(value: Any) -> None:
     with pytest.raises(HistoryUnavailable, match="cannot read"):

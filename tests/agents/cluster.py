@@ -38,12 +38,11 @@ class LocalCluster:
         self.names = self.runtime.names
         self.read: dict[tuple[str, int], int] = {}
 
-    def send(self, topic: str, partition: int, value: bytes | None, *, ts: float,
+    def send(self, topic: str, partition: int, value: bytes | None, *, ts: int,
              key: bytes | None = None, headers: dict[str, str] | None = None) -> int:
-        # The memory broker keeps the record time as given (seconds, int or float), so the
-        # journal echoes a scenario's ts unchanged.
+        # Record time in ms, as Kafka stamps records (and as the core keeps them).
         record = OutRecord(key, value, [(k, v.encode()) for k, v in (headers or {}).items()],
-                           ts)  # type: ignore[arg-type]
+                           ts)
         _, offset = self.broker.append(self.names.topic(topic), partition, record)
         return offset
 

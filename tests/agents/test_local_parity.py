@@ -15,6 +15,7 @@ import pytest
 from onceflow.agents import wire
 from onceflow.app.feed import JournalMapper, feed, seed_message, seed_partitions
 from onceflow.app.replay import replay_scenario
+from onceflow.envelope import seconds
 from onceflow.journal import contract_key
 from onceflow.scenario import load_scenario
 
@@ -41,7 +42,7 @@ async def run_local(folder: Path, partitions: int = 4) -> list[dict]:
         if now is None or ts > now:
             now = ts
             for partition in range(partitions):
-                cluster.broker.append(names.route, partition, _control(wire.TICK, ts=ts))
+                cluster.broker.append(names.route, partition, _control(wire.TICK, ts=seconds(ts)))
         offset = cluster.send(item.record.topic, item.record.partition, item.value, ts=ts,
                               key=item.key, headers=item.headers)
         mapper.sent(item.record, item.record.topic, item.record.partition, offset)
