@@ -47,7 +47,7 @@ from aiokafka.structs import RecordMetadata
 from onceflow.agents.context import WorkerOptions
 from onceflow.app.settings import WorkerSettings
 from onceflow.engine import Engine, MemoryState
-from onceflow.envelope import Record
+from onceflow.envelope import Record, seconds
 from onceflow.keys import kafka_partition
 from onceflow.processor import Sink
 from onceflow.tables.outbox import KafkaSender
@@ -83,7 +83,7 @@ def replay(triggers: TriggerSet, items: list[tuple[int, int, bytes, bytes, int]]
     sinks = [Sink() for _ in range(PARTITIONS)]
     start = time.process_time()
     for partition, offset, key, value, ts in items:
-        record = Record("doc", partition, offset, ts / 1000, orjson.loads(value),
+        record = Record("doc", partition, offset, ts, orjson.loads(value),
                         key.decode(), {})
         engines[partition].process(record, offset, sinks[partition])
         # what the worker sends: every journal record and output, encoded
@@ -151,7 +151,7 @@ def worker(triggers: TriggerSet, items: list[tuple[int, int, bytes, bytes, int]]
 
     by_partition: list[list[Delivery]] = [[] for _ in range(PARTITIONS)]
     for partition, offset, key, value, ts in items:
-        by_partition[partition].append(Delivery(topic, partition, offset, ts / 1000, key,
+        by_partition[partition].append(Delivery(topic, partition, offset, ts, key,
                                                 value, []))
     fetches: list[list[Delivery]] = []
     longest = max(len(p) for p in by_partition)
@@ -178,7 +178,7 @@ def floor(items: list[tuple[int, int, bytes, bytes, int]]) -> float:
     for partition, offset, _key, value, ts in items:
         doc = orjson.loads(value)
         orjson.dumps({"trigger": "echo", "outcome": "processed", "identity": doc["uuid"],
-                      "activation": None, "ts": ts / 1000, "topic": "doc",
+                      "activation": None, "ts": seconds(ts), "topic": "doc",
                       "partition": partition, "offset": offset})
         orjson.dumps(doc)
     return time.process_time() - start

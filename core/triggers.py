@@ -76,7 +76,7 @@ class TriggerDef:
     types: tuple[str, ...]
     condition: str = ALL
     topics: tuple[str, ...] = ()
-    service: str = "scripted"
+    service: str = "scripted"  # required in a trigger file; "scripted" for tests in code
     # Durations are whole milliseconds (core/durations.py).
     join_timeout: int | None = 86_400_000
     detect_duplicates: bool = True
@@ -251,6 +251,21 @@ def _parse_trigger(entry: Any, index: int, source: str, notes: _Notes) -> Trigge
     if condition not in CONDITIONS:
         raise fail("condition",
                    f'expected one of "all", "any", "only_one", got {toml_text(condition)}')
+    if condition == ALL and len(types) > 1:
+        repeated = [t for t in dict.fromkeys(types) if types.count(t) > 1]
+        if repeated:
+            raise fail("types", (
+                f"{toml_text(repeated[0])} is listed more than once under condition "
+                f'"all" (the default): an all condition waits for one document of each '
+                f"distinct type, so a repeated type would run the service once per "
+                f"document.  List each type once, or use condition = \"only_one\" for "
+                f"one and only one document of that type per activation per window"))
+    service = entry.get("service")
+    if service is None:
+        raise fail("service", (
+            'missing: name the service the trigger runs, "package.module:function" or a '
+            'built-in ("scripted" is the test stub that scenarios drive through '
+            "body.raise)"))
     topics = entry.get("topics")
     if topics is None:
         topics = list(dict.fromkeys(types))
@@ -295,7 +310,7 @@ def _parse_trigger(entry: Any, index: int, source: str, notes: _Notes) -> Trigge
         types=tuple(types),
         condition=condition,
         topics=tuple(topics),
-        service=text("service", "scripted") or "scripted",
+        service=text("service", None) or "",
         join_timeout=duration("join_timeout", "1d", allow_none=True),
         detect_duplicates=flag("detect_duplicates", True),
         use_history=flag("use_history", True),

@@ -32,11 +32,13 @@ colour = "blue"
 [[trigger]]
 name = "billing"
 types = ["invoice"]
+service = "scripted"
 servce = "scripted"
 
 [[trigger]]
 name = "has space"
 types = ["order"]
+service = "scripted"
 
 [topic.invoice]
 id_cache_size = 10
@@ -61,21 +63,22 @@ id_cache_size = 10
 
 @pytest.mark.parametrize("name", ["-starts-with-dash", "a/b", "x" * 101, "naïve", ".hidden"])
 def test_odd_trigger_names(tmp_path: Path, name: str) -> None:
-    path = _file(tmp_path, f'[[trigger]]\nname = "{name}"\ntypes = ["a"]\n')
+    path = _file(tmp_path, f'[[trigger]]\nname = "{name}"\ntypes = ["a"]\nservice = "scripted"\n')
     result = onceflow("check", str(path))
     one_line_error(result, 1, "odd name", 'letters, digits, ".", "_" and "-"')
 
 
 @pytest.mark.parametrize("name", ["billing", "Billing_2", "orders.v2", "a-b", "9lives"])
 def test_ordinary_trigger_names(tmp_path: Path, name: str) -> None:
-    path = _file(tmp_path, f'[[trigger]]\nname = "{name}"\ntypes = ["a"]\n')
+    path = _file(tmp_path, f'[[trigger]]\nname = "{name}"\ntypes = ["a"]\nservice = "scripted"\n')
     assert onceflow("check", str(path)).returncode == 0
 
 
 def test_a_worker_only_warns_about_what_check_refuses(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
-    path = _file(tmp_path, '[[trigger]]\nname = "t"\ntypes = ["a"]\nservce = "x"\n'
+    path = _file(tmp_path, '[[trigger]]\nname = "t"\ntypes = ["a"]\nservice = "scripted"\n'
+                 'servce = "x"\n'
                  '[topic.b]\nid_cache_size = 5\n')
     triggers = load_triggers(path)
     assert [t.name for t in triggers.triggers] == ["t"]
@@ -110,7 +113,8 @@ def test_check_imports_services(tmp_path: Path) -> None:
     ("retry_interval = -1", "got -1"),
 ])
 def test_messages_read_as_toml(tmp_path: Path, line: str, says: str) -> None:
-    path = _file(tmp_path, f'[[trigger]]\nname = "t"\ntypes = ["a", "b"]\n{line}\n')
+    path = _file(tmp_path, f'[[trigger]]\nname = "t"\ntypes = ["a", "b"]\n'
+                           f'service = "scripted"\n{line}\n')
     message = one_line_error(onceflow("check", str(path)), 1, says)
     for python in ("True", "False", "None", "['", "{'"):
         assert python not in message, message

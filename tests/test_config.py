@@ -61,11 +61,11 @@ def test_the_spec_example_reads_as_written(tmp_path: Path) -> None:
 
 def test_defaults_are_exactly_those_of_section_7(tmp_path: Path) -> None:
     triggers = load_triggers(write(tmp_path, '[[trigger]]\nname = "pay"\n'
-                                             'types = ["order", "payment"]\n'))
+                                             'types = ["order", "payment"]\n'
+                                             'service = "scripted"\n'))
     (t,) = triggers.triggers
     assert t.condition == "all"
     assert t.topics == ("order", "payment")  # one topic per type, named as the type
-    assert t.service == "scripted"
     assert t.join_timeout == 86_400_000  # 1d, in ms
     assert t.detect_duplicates is True
     assert t.use_history is True
@@ -83,9 +83,39 @@ def test_defaults_are_exactly_those_of_section_7(tmp_path: Path) -> None:
     assert settings.persist_id_cache is True
 
 
+def test_a_trigger_without_service_is_refused_not_run_with_the_test_stub(
+        tmp_path: Path) -> None:
+    path = write(tmp_path, '[[trigger]]\nname = "pay"\ntypes = ["order"]\n')
+    with pytest.raises(ConfigError) as info:
+        load_triggers(path)
+    error = info.value
+    assert error.source == str(path) and error.where == "trigger 'pay': key 'service'"
+    assert error.problem.startswith("missing: name the service the trigger runs")
+
+
+@pytest.mark.parametrize("condition", ["", 'condition = "all"\n'])
+def test_a_type_repeated_under_an_all_condition_is_refused(tmp_path: Path,
+                                                           condition: str) -> None:
+    path = write(tmp_path, '[[trigger]]\nname = "x"\ntypes = ["a", "b", "a"]\n'
+                           f'service = "scripted"\n{condition}')
+    with pytest.raises(ConfigError) as info:
+        load_triggers(path)
+    assert info.value.where == "trigger 'x': key 'types'"
+    assert '"a" is listed more than once under condition "all"' in info.value.problem
+    assert 'condition = "only_one"' in info.value.problem
+
+
+def test_a_type_repeated_under_any_or_only_one_is_taken(tmp_path: Path) -> None:
+    for condition in ("any", "only_one"):
+        (t,) = load_triggers(write(tmp_path, '[[trigger]]\nname = "x"\ntypes = ["a", "a"]\n'
+                                             f'service = "scripted"\ncondition = "{condition}"\n'
+                                   )).triggers
+        assert t.kind == condition
+
+
 def test_topics_default_lists_a_repeated_type_once(tmp_path: Path) -> None:
     (t,) = load_triggers(write(tmp_path, '[[trigger]]\nname = "x"\ntypes = ["a", "a"]\n'
-                                         'condition = "only_one"\n')).triggers
+                                         'service = "scripted"\ncondition = "only_one"\n')).triggers
     assert t.topics == ("a",)
     assert t.kind == "only_one" and t.needs_activation  # design 3: XOR over a
 
@@ -93,8 +123,9 @@ def test_topics_default_lists_a_repeated_type_once(tmp_path: Path) -> None:
 @pytest.mark.parametrize("condition", ["all", "any", "only_one"])
 def test_one_type_alone_is_simple_whatever_the_condition(tmp_path: Path,
                                                          condition: str) -> None:
-    (t,) = load_triggers(write(tmp_path, f'[[trigger]]\nname = "x"\ntypes = ["a"]\n'
-                                         f'condition = "{condition}"\n')).triggers
+    (t,) = load_triggers(write(tmp_path, '[[trigger]]\nname = "x"\ntypes = ["a"]\n'
+                                         f'service = "scripted"\ncondition = "{condition}"\n'
+                               )).triggers
     assert t.kind == "simple"
     assert not t.needs_activation
 
@@ -104,12 +135,14 @@ def test_several_triggers_and_topic_tables(tmp_path: Path) -> None:
 [[trigger]]
 name = "a"
 types = ["x"]
+service = "scripted"
 output = "custom.out"
 join_timeout = "none"
 
 [[trigger]]
 name = "b"
 types = ["x", "y"]
+service = "scripted"
 condition = "any"
 topics = ["in"]
 max_retry_attempts = 3
@@ -140,7 +173,7 @@ persist_id_cache = false
 
 # -- bad files: the error names the file, the trigger, the key and what was expected --------
 
-BASE = '[[trigger]]\nname = "t"\ntypes = ["a"]\n'
+BASE = '[[trigger]]\nname = "t"\ntypes = ["a"]\nservice = "scripted"\n'
 
 BAD_KEYS = [
     # (extra lines, key, words of what was expected)
@@ -171,7 +204,8 @@ BAD_KEYS = [
 @pytest.mark.parametrize("line,key,expected", BAD_KEYS, ids=[b[0] for b in BAD_KEYS])
 def test_bad_trigger_key_names_file_trigger_key_and_expectation(
         tmp_path: Path, line: str, key: str, expected: str) -> None:
-    path = write(tmp_path, BASE + line + "\n")
+    base = BASE.replace('service = "scripted"\n', "") if line.startswith("service") else BASE
+    path = write(tmp_path, base + line + "\n")
     with pytest.raises(ConfigError) as info:
         load_triggers(path)
     error = info.value
@@ -194,13 +228,14 @@ def test_bad_types(tmp_path: Path, types: str | None) -> None:
 @pytest.mark.parametrize("name", ['""', '"  "', "3"])
 def test_trigger_needs_a_name(tmp_path: Path, name: str) -> None:
     with pytest.raises(ConfigError) as info:
-        load_triggers(write(tmp_path, f'[[trigger]]\nname = {name}\ntypes = ["a"]\n'))
+        load_triggers(write(tmp_path, f'[[trigger]]\nname = {name}\ntypes = ["a"]\n'
+                                      'service = "scripted"\n'))
     assert "trigger #1" in info.value.where and "'name'" in info.value.where
 
 
 def test_missing_name_says_which_trigger_table(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        load_triggers(write(tmp_path, BASE + '[[trigger]]\ntypes = ["b"]\n'))
+        load_triggers(write(tmp_path, BASE + '[[trigger]]\ntypes = ["b"]\nservice = "scripted"\n'))
     assert "trigger #2" in info.value.where
 
 

@@ -20,7 +20,7 @@ from onceflow.triggers import parse_triggers
 # -- outputs -----------------------------------------------------------------------------------
 
 def test_result_goes_to_the_output_topic_with_a_deterministic_dup_id() -> None:
-    feed = Feed(engine_for({"name": "bill", "types": ["inv"]}))
+    feed = Feed(engine_for({"name": "bill", "service": "scripted", "types": ["inv"]}))
     feed.send("inv", 0, uuid="i-1")
     (out,) = feed.outputs
     assert out.topic == "bill.out"
@@ -28,13 +28,14 @@ def test_result_goes_to_the_output_topic_with_a_deterministic_dup_id() -> None:
     assert out.headers["dup-id"] == "bill:i-1"  # section 2: trigger + identity
     # The same document processed by a fresh engine (a re-run) carries the same dup-id,
     # so a downstream onceflow drops the re-produced output.
-    again = Feed(engine_for({"name": "bill", "types": ["inv"]}))
+    again = Feed(engine_for({"name": "bill", "service": "scripted", "types": ["inv"]}))
     again.send("inv", 50, uuid="i-1")
     assert again.outputs[0].headers["dup-id"] == "bill:i-1"
 
 
 def test_in_doubt_document_is_published_to_the_in_doubt_topic() -> None:
-    feed = Feed(engine_for({"name": "bill", "types": ["inv"], "use_history": False,
+    feed = Feed(engine_for({"name": "bill", "service": "scripted",
+                            "types": ["inv"], "use_history": False,
                             "in_doubt": "ops.check"}))
     assert feed.send("inv", 0, {"delivery-count": "3"}, uuid="i-1", body={"n": 1}) == [
         ("bill", "in-doubt", "i-1")]
@@ -45,7 +46,8 @@ def test_in_doubt_document_is_published_to_the_in_doubt_topic() -> None:
 
 
 def test_service_error_goes_to_the_error_topic_and_to_reply_to() -> None:
-    feed = Feed(engine_for({"name": "bill", "types": ["inv"], "error": "bill.failures"}))
+    feed = Feed(engine_for({"name": "bill", "service": "scripted",
+                            "types": ["inv"], "error": "bill.failures"}))
     feed.send("inv", 0, {"reply-to": "publisher.errors"}, uuid="i-1",
               body={"raise": "fatal"})
     topics = sorted(o.topic for o in feed.outputs)
@@ -59,7 +61,8 @@ def test_service_error_goes_to_the_error_topic_and_to_reply_to() -> None:
 
 
 def test_exhausted_retries_report_the_attempts_made() -> None:
-    feed = Feed(engine_for({"name": "t", "types": ["a"], "max_retry_attempts": 2}))
+    feed = Feed(engine_for({"name": "t", "service": "scripted",
+                            "types": ["a"], "max_retry_attempts": 2}))
     assert feed.send("a", 0, uuid="u", body={"raise": "transient"}) == [
         ("t", "retry", "u"), ("t", "retry", "u"), ("t", "error", "u")]
     (error,) = feed.outputs
@@ -77,7 +80,8 @@ def test_suspension_removes_the_processing_entry_so_the_resumed_document_is_new(
             raise TransientError("database down")
         return {"ok": True}
 
-    engine = engine_for({"name": "t", "types": ["a"], "max_retry_attempts": 1,
+    engine = engine_for({"name": "t", "service": "scripted",
+                         "types": ["a"], "max_retry_attempts": 1,
                          "on_retry_failure": "suspend"}, services={"t": service})
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="u-1") == [("t", "retry", "u-1"), ("t", "suspended", "u-1")]
@@ -97,7 +101,8 @@ def test_resume_while_still_failing_suspends_again_and_keeps_the_rest_held() -> 
     def service(document: Any, context: CallContext) -> Any:
         raise TransientError("still down")
 
-    engine = engine_for({"name": "t", "types": ["a"], "on_retry_failure": "suspend"},
+    engine = engine_for({"name": "t", "service": "scripted",
+                         "types": ["a"], "on_retry_failure": "suspend"},
                         services={"t": service})
     feed = Feed(engine)
     feed.send("a", 0, uuid="u-1")
@@ -109,8 +114,9 @@ def test_resume_while_still_failing_suspends_again_and_keeps_the_rest_held() -> 
 
 
 def test_a_suspended_trigger_does_not_stop_the_others() -> None:
-    engine = engine_for({"name": "t", "types": ["a"], "on_retry_failure": "suspend"},
-                        {"name": "u", "types": ["a"]})
+    engine = engine_for({"name": "t", "service": "scripted",
+                         "types": ["a"], "on_retry_failure": "suspend"},
+                        {"name": "u", "service": "scripted", "types": ["a"]})
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="x", body={"raise": "transient"}) == [
         ("t", "suspended", "x"), ("u", "error", "x")]
@@ -146,7 +152,8 @@ def test_history_unavailable_suspends_a_suspend_trigger(store_type: type) -> Non
     def service(document: Any, context: CallContext) -> Any:
         calls.append(context.identity)
 
-    engine = engine_for({"name": "t", "types": ["a"], "on_retry_failure": "suspend"},
+    engine = engine_for({"name": "t", "service": "scripted",
+                         "types": ["a"], "on_retry_failure": "suspend"},
                         state=broken_history_state(store_type, "t"), services={"t": service})
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="u-1") == [("t", "suspended", "u-1")]
@@ -156,7 +163,8 @@ def test_history_unavailable_suspends_a_suspend_trigger(store_type: type) -> Non
 
 @pytest.mark.parametrize("store_type", [Unwritable, Unreadable])
 def test_history_unavailable_without_resolver_is_in_doubt(store_type: type) -> None:
-    engine = engine_for({"name": "t", "types": ["a"]}, state=broken_history_state(store_type, "t"))
+    engine = engine_for({"name": "t", "service": "scripted",
+                         "types": ["a"]}, state=broken_history_state(store_type, "t"))
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="u-1") == [("t", "in-doubt", "u-1")]
     assert [o.topic for o in feed.outputs] == ["t.in-doubt"]
@@ -164,7 +172,7 @@ def test_history_unavailable_without_resolver_is_in_doubt(store_type: type) -> N
 
 @pytest.mark.parametrize("store_type", [Unwritable, Unreadable])
 def test_history_unavailable_lets_the_resolver_decide(store_type: type) -> None:
-    engine = Engine(parse_triggers({"trigger": [{"name": "t", "types": ["a"],
+    engine = Engine(parse_triggers({"trigger": [{"name": "t", "service": "scripted", "types": ["a"],
                                                  "resolver": "scripted"}]}),
                     state=broken_history_state(store_type, "t"))
     feed = Feed(engine)
@@ -177,7 +185,7 @@ def test_history_unavailable_lets_the_resolver_decide(store_type: type) -> None:
 
 
 def test_history_write_failure_in_a_join_keeps_the_join_consistent() -> None:
-    engine = engine_for({"name": "j", "types": ["a", "b"]},
+    engine = engine_for({"name": "j", "service": "scripted", "types": ["a", "b"]},
                         state=broken_history_state(Unwritable, "j"))
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="a-1", activation="x") == [("j", "join-pending", "a-1")]
@@ -189,7 +197,7 @@ def test_history_write_failure_in_a_join_keeps_the_join_consistent() -> None:
 # -- sweeps ------------------------------------------------------------------------------------
 
 def test_periodic_sweep_removes_expired_history_on_partition_time() -> None:
-    engine = engine_for({"name": "t", "types": ["a"], "history_ttl": "1h",
+    engine = engine_for({"name": "t", "service": "scripted", "types": ["a"], "history_ttl": "1h",
                          "history_sweep_interval": "10m"})
     engine.sweep_history = True
     feed = Feed(engine)
@@ -204,7 +212,8 @@ def test_periodic_sweep_removes_expired_history_on_partition_time() -> None:
 
 
 def test_a_late_record_is_judged_on_record_time_even_after_a_sweep() -> None:
-    feed = Feed(engine_for({"name": "t", "types": ["a"], "history_ttl": "1h"}))
+    feed = Feed(engine_for({"name": "t", "service": "scripted",
+                            "types": ["a"], "history_ttl": "1h"}))
     feed.send("a", 0, uuid="u-1")
     feed.send("a", 3000, uuid="u-2")
     feed.send("a", 4000, uuid="u-3")  # replay does not sweep: u-1 (started at 0) stays
@@ -215,7 +224,7 @@ def test_a_late_record_is_judged_on_record_time_even_after_a_sweep() -> None:
 
 
 def test_a_redelivery_with_its_original_timestamp_after_a_sweep_is_a_duplicate() -> None:
-    engine = engine_for({"name": "t", "types": ["a"], "history_ttl": "30s"})
+    engine = engine_for({"name": "t", "service": "scripted", "types": ["a"], "history_ttl": "30s"})
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="u-1") == [("t", "processed", "u-1")]
     feed.send("a", 5000, uuid="u-2")  # partition time 5000; replay keeps u-1's entry
@@ -224,7 +233,7 @@ def test_a_redelivery_with_its_original_timestamp_after_a_sweep_is_a_duplicate()
 
 
 def test_a_late_record_without_a_sweep_is_a_duplicate() -> None:
-    feed = Feed(engine_for({"name": "t", "types": ["a"], "history_ttl": "1h",
+    feed = Feed(engine_for({"name": "t", "service": "scripted", "types": ["a"], "history_ttl": "1h",
                             "history_sweep_interval": "1d"}))
     feed.send("a", 0, uuid="u-1")
     feed.send("a", 4000, uuid="u-3")
@@ -235,9 +244,9 @@ def test_a_late_record_without_a_sweep_is_a_duplicate() -> None:
 
 def test_open_joins_of_a_suspended_trigger_still_expire(tmp_path: Path) -> None:
     (tmp_path / "triggers.toml").write_text(
-        '[[trigger]]\nname = "j"\ntypes = ["a", "b"]\njoin_timeout = "10s"\n'
+        '[[trigger]]\nname = "j"\ntypes = ["a", "b"]\nservice = "scripted"\njoin_timeout = "10s"\n'
         'on_retry_failure = "suspend"\n\n'
-        '[[trigger]]\nname = "s"\ntypes = ["c"]\n')
+        '[[trigger]]\nname = "s"\ntypes = ["c"]\nservice = "scripted"\n')
     (tmp_path / "input.jsonl").write_text(
         '{"ts": 0, "topic": "a", "value": {"uuid": "a1", "activation": "x"}}\n'
         '{"ts": 1, "topic": "a", "value": {"uuid": "a2", "activation": "y"}}\n'
@@ -256,7 +265,7 @@ def test_open_joins_of_a_suspended_trigger_still_expire(tmp_path: Path) -> None:
 # -- history.jsonl seeds -----------------------------------------------------------------------
 
 def test_a_seed_without_activation_applies_to_a_simple_trigger() -> None:
-    engine = engine_for({"name": "t", "types": ["a"]})
+    engine = engine_for({"name": "t", "service": "scripted", "types": ["a"]})
     engine.seed_history("t", "u-1", "completed", 0)
     assert Feed(engine).send("a", 1, uuid="u-1", activation="x") == [
         ("t", "duplicate", "u-1")]
@@ -265,14 +274,14 @@ def test_a_seed_without_activation_applies_to_a_simple_trigger() -> None:
 def test_a_seed_with_activation_applies_to_a_simple_trigger_too() -> None:
     # history.jsonl may carry an activation (an added key); a simple trigger keeps its
     # history by identity, so the seed must land where its lookups go.
-    engine = engine_for({"name": "t", "types": ["a"]})
+    engine = engine_for({"name": "t", "service": "scripted", "types": ["a"]})
     engine.seed_history("t", "u-1", "completed", 0, activation="x")
     assert Feed(engine).send("a", 1, uuid="u-1", activation="x") == [
         ("t", "duplicate", "u-1")]
 
 
 def test_a_seed_with_activation_binds_a_join_trigger_to_that_activation() -> None:
-    engine = engine_for({"name": "j", "types": ["a", "b"]})
+    engine = engine_for({"name": "j", "service": "scripted", "types": ["a", "b"]})
     engine.seed_history("j", "u-1", "processing", 0, activation="x")
     feed = Feed(engine)
     assert feed.send("a", 1, uuid="u-1", activation="x") == [("j", "in-doubt", "u-1")]
@@ -280,7 +289,7 @@ def test_a_seed_with_activation_binds_a_join_trigger_to_that_activation() -> Non
 
 
 def test_seeds_for_a_trigger_without_history_are_ignored() -> None:
-    engine = engine_for({"name": "t", "types": ["a"], "use_history": False})
+    engine = engine_for({"name": "t", "service": "scripted", "types": ["a"], "use_history": False})
     engine.seed_history("t", "u-1", "completed", 0)
     assert Feed(engine).send("a", 1, uuid="u-1") == [("t", "processed", "u-1")]
 
@@ -294,7 +303,8 @@ def test_an_async_service_runs_in_the_engine_loop_until_closed() -> None:
         calls.append(document)
         return {"echo": document["uuid"]}
 
-    triggers = parse_triggers({"trigger": [{"name": "bill", "types": ["inv"]}]})
+    triggers = parse_triggers({"trigger": [{"name": "bill", "service": "scripted",
+                                            "types": ["inv"]}]})
     engine = Engine(triggers, callees={"bill": (Callee("test", echo, False, True), None)})
     feed = Feed(engine)
     assert feed.send("inv", 0, uuid="i-1") == [("bill", "processed", "i-1")]
@@ -307,8 +317,9 @@ def test_an_async_service_runs_in_the_engine_loop_until_closed() -> None:
 def test_a_dropped_engine_is_freed_without_the_cycle_collector() -> None:
     # A reference cycle through the engine would keep every history entry and open join
     # until a full collection (Spark's reused Python workers run one after each task).
-    feed = Feed(engine_for({"name": "bill", "types": ["inv"]},
-                           {"name": "pair", "types": ["inv", "pay"], "condition": "all",
+    feed = Feed(engine_for({"name": "bill", "service": "scripted", "types": ["inv"]},
+                           {"name": "pair", "service": "scripted",
+                            "types": ["inv", "pay"], "condition": "all",
                             "join_timeout": "1m"}))
     gc.collect()  # what reading the triggers and loading the services left
     gc.disable()

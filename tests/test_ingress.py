@@ -214,9 +214,9 @@ def test_message_id_is_the_header_else_the_coordinates() -> None:
 
 TRIGGERS = parse_triggers({
     "trigger": [
-        {"name": "one", "types": ["order"]},
-        {"name": "two", "types": ["order", "refund"], "condition": "any"},
-        {"name": "inbox", "types": ["memo"], "topics": ["mail"]},
+        {"name": "one", "service": "scripted", "types": ["order"]},
+        {"name": "two", "service": "scripted", "types": ["order", "refund"], "condition": "any"},
+        {"name": "inbox", "service": "scripted", "types": ["memo"], "topics": ["mail"]},
     ],
     "topic": {"order": {"id_cache_size": 2}, "mail": {"persist_id_cache": False}},
 })

@@ -234,7 +234,8 @@ class Feed:
                 for r in out.journal]
 
 
-FULFIL = {"name": "fulfil", "types": ["order", "payment"], "join_timeout": "1m"}
+FULFIL = {"name": "fulfil", "service": "scripted",
+          "types": ["order", "payment"], "join_timeout": "1m"}
 
 
 def test_service_gets_one_join_document_with_each_member_by_type() -> None:
@@ -317,7 +318,8 @@ def test_a_late_record_older_than_partition_time_does_not_expire_anything() -> N
 
 def test_xor_window_reopens_after_the_timeout() -> None:
     service = Recorder()
-    feed = Feed(engine_for({"name": "pick", "types": ["a", "b"], "condition": "only_one",
+    feed = Feed(engine_for({"name": "pick", "service": "scripted",
+                            "types": ["a", "b"], "condition": "only_one",
                             "join_timeout": "10s"}, service=service))
     assert feed.send("a", 0, uuid="a-1", activation="x")[0][1] == "processed"
     assert feed.send("b", 10, uuid="b-1", activation="x")[0][1] == "join-discarded"
@@ -333,7 +335,8 @@ def test_xor_window_reopens_after_the_timeout() -> None:
 
 def test_xor_over_one_type_listed_twice_gives_the_service_the_document_itself() -> None:
     service = Recorder()
-    feed = Feed(engine_for({"name": "once", "types": ["a", "a"], "condition": "only_one",
+    feed = Feed(engine_for({"name": "once", "service": "scripted",
+                            "types": ["a", "a"], "condition": "only_one",
                             "join_timeout": "10s"}, service=service))
     assert feed.send("a", 0, uuid="a-1", activation="x")[0][1] == "processed"
     assert feed.send("a", 5, uuid="a-2", activation="x")[0][1] == "join-discarded"
@@ -342,7 +345,8 @@ def test_xor_over_one_type_listed_twice_gives_the_service_the_document_itself() 
 
 
 def test_or_condition_keeps_no_join_state() -> None:
-    engine = engine_for({"name": "any", "types": ["a", "b"], "condition": "any"})
+    engine = engine_for({"name": "any", "service": "scripted",
+                         "types": ["a", "b"], "condition": "any"})
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="a-1", activation="x")[0][1] == "processed"
     assert feed.send("a", 1, uuid="a-2", activation="x")[0][1] == "processed"
@@ -441,7 +445,8 @@ def test_a_late_join_whose_deadline_is_behind_partition_time_cannot_complete() -
 
 
 def test_a_late_xor_window_behind_partition_time_does_not_discard() -> None:
-    feed = Feed(engine_for({"name": "pick", "types": ["a", "b"], "condition": "only_one",
+    feed = Feed(engine_for({"name": "pick", "service": "scripted",
+                            "types": ["a", "b"], "condition": "only_one",
                             "join_timeout": "10s"}))
     feed.send("a", 1000, uuid="a-0", activation="other")
     feed.send("a", 5, uuid="a-1", activation="x")  # window until 15
@@ -455,10 +460,10 @@ def test_a_late_xor_window_behind_partition_time_does_not_discard() -> None:
 # join accepts a document at t + d and expires one millisecond later.
 
 BOUNDARY_TRIGGERS = (
-    {"name": "pair", "types": ["order", "payment"], "join_timeout": "10s"},
-    {"name": "pick", "types": ["alert", "alert"], "condition": "only_one",
+    {"name": "pair", "service": "scripted", "types": ["order", "payment"], "join_timeout": "10s"},
+    {"name": "pick", "service": "scripted", "types": ["alert", "alert"], "condition": "only_one",
      "join_timeout": "10s"},
-    {"name": "bill", "types": ["invoice"], "history_ttl": "10s"},
+    {"name": "bill", "service": "scripted", "types": ["invoice"], "history_ttl": "10s"},
 )
 
 

@@ -38,7 +38,7 @@ def doc(identity: str, ts: int = 0, activation: str | None = None) -> Document:
 # -- time ---------------------------------------------------------------------------------
 
 def test_partition_time_moves_only_forward_and_never_past_its_limit() -> None:
-    partition, _ = partition_for({"name": "t", "types": ["a"]})
+    partition, _ = partition_for({"name": "t", "service": "scripted", "types": ["a"]})
     journal: list[JournalRecord] = []
     assert partition.advance(100, journal) and partition.now == 100
     assert not partition.advance(50, journal) and partition.now == 100
@@ -48,7 +48,8 @@ def test_partition_time_moves_only_forward_and_never_past_its_limit() -> None:
 
 
 def test_a_join_expires_when_time_passes_its_deadline_and_on_a_late_record() -> None:
-    partition, _ = partition_for({"name": "j", "types": ["a", "b"], "join": "all",
+    partition, _ = partition_for({"name": "j", "service": "scripted",
+                                  "types": ["a", "b"], "join": "all",
                                   "join_timeout": "10s"})
     processor = partition.processors["j"]
     journal: list[JournalRecord] = []
@@ -69,8 +70,10 @@ def test_a_join_expires_when_time_passes_its_deadline_and_on_a_late_record() -> 
 
 def test_sweeps_follow_each_triggers_interval_and_a_horizon_holds_them_back() -> None:
     partition, state = partition_for(
-        {"name": "fast", "types": ["a"], "history_ttl": "1m", "history_sweep_interval": "1m"},
-        {"name": "slow", "types": ["a"], "history_ttl": "1m", "history_sweep_interval": "1h"})
+        {"name": "fast", "service": "scripted",
+         "types": ["a"], "history_ttl": "1m", "history_sweep_interval": "1m"},
+        {"name": "slow", "service": "scripted",
+         "types": ["a"], "history_ttl": "1m", "history_sweep_interval": "1h"})
     for name in ("fast", "slow"):
         History(state.history_store(name), 60_000).mark_completed("old", 0, False)
     # Times in ms.
@@ -110,7 +113,7 @@ class Refusing:
 
 
 def test_holding_refuses_what_it_cannot_keep_and_resume_returns_the_rest_in_order() -> None:
-    partition, _ = partition_for({"name": "t", "types": ["a"]})
+    partition, _ = partition_for({"name": "t", "service": "scripted", "types": ["a"]})
     holding = Refusing(["t"])
     partition.holding = holding
     processor = partition.processors["t"]
@@ -131,8 +134,8 @@ def test_holding_refuses_what_it_cannot_keep_and_resume_returns_the_rest_in_orde
 
 def test_seed_keys_join_triggers_by_activation_and_others_by_identity() -> None:
     partition, state = partition_for(
-        {"name": "s", "types": ["a"]},
-        {"name": "j", "types": ["a", "b"], "join": "all"})
+        {"name": "s", "service": "scripted", "types": ["a"]},
+        {"name": "j", "service": "scripted", "types": ["a", "b"], "join": "all"})
     assert partition.seed("s", "u-1", "completed", 5, activation="act")
     assert partition.seed("j", "u-1", "processing", 5, activation="act")
     assert not partition.seed("unknown", "u-1", "completed", 5)
@@ -149,7 +152,7 @@ def test_seed_keys_join_triggers_by_activation_and_others_by_identity() -> None:
 ])
 def test_forget_removes_only_the_entry_it_is_asked_for(seeded: tuple[str, ...], only: str,
                                                         forgotten: bool) -> None:
-    partition, state = partition_for({"name": "t", "types": ["a"]})
+    partition, state = partition_for({"name": "t", "service": "scripted", "types": ["a"]})
     for status in seeded:
         partition.seed("t", "u-1", "completed" if status == "failed" else status, 0,
                        failed=status == "failed")
@@ -161,8 +164,9 @@ def test_forget_removes_only_the_entry_it_is_asked_for(seeded: tuple[str, ...], 
 # -- routing ------------------------------------------------------------------------------
 
 def test_the_routing_key_is_the_activation_for_joins_and_the_identity_otherwise() -> None:
-    triggers = parse_triggers({"trigger": [{"name": "s", "types": ["a"]},
-                                           {"name": "j", "types": ["a", "b"], "join": "all"}]})
+    triggers = parse_triggers({"trigger": [{"name": "s", "service": "scripted", "types": ["a"]},
+                                           {"name": "j", "service": "scripted",
+                                            "types": ["a", "b"], "join": "all"}]})
     simple, join = triggers.triggers
     assert routing_key(simple, doc("u-1", activation="act")) == "u-1"
     assert routing_key(join, doc("u-1", activation="act")) == "act"
@@ -205,7 +209,7 @@ def test_a_history_value_this_version_cannot_read_makes_history_unavailable(valu
 
 def test_a_document_whose_history_value_is_unreadable_is_in_doubt_not_run_again() -> None:
     calls: list[str] = []
-    engine = engine_for({"name": "t", "types": ["a"]},
+    engine = engine_for({"name": "t", "service": "scripted", "types": ["a"]},
                         services={"t": lambda document, context: calls.append(context.identity)})
     engine.state.history_store("t")["u-1"] = [0, 3, VERSION + 1]  # from a newer version
     feed = Feed(engine)
@@ -217,7 +221,7 @@ def test_a_document_whose_history_value_is_unreadable_is_in_doubt_not_run_again(
 @pytest.mark.parametrize(("only", "forgotten"), [("processing", True), ("failed", False)])
 def test_resubmitting_in_doubt_documents_removes_an_unreadable_value(only: str,
                                                                      forgotten: bool) -> None:
-    partition, state = partition_for({"name": "t", "types": ["a"]})
+    partition, state = partition_for({"name": "t", "service": "scripted", "types": ["a"]})
     state.history_store("t")["u-1"] = [0, 3, VERSION + 1]
     assert partition.forget("t", "u-1", only) is forgotten
     assert ("u-1" in state.history_store("t")) is not forgotten

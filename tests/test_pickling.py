@@ -15,8 +15,9 @@ from onceflow.scenario import HistorySeed
 from onceflow.triggers import TopicSettings, parse_triggers
 
 TRIGGERS = parse_triggers({
-    "trigger": [{"name": "bill", "types": ["inv"], "history_ttl": "1h"},
-                {"name": "ship", "types": ["order", "payment"], "condition": "all",
+    "trigger": [{"name": "bill", "service": "scripted", "types": ["inv"], "history_ttl": "1h"},
+                {"name": "ship", "service": "scripted",
+                 "types": ["order", "payment"], "condition": "all",
                  "join_timeout": "none", "max_retry_attempts": 2}],
     "topic": {"inv": {"id_cache_size": 7}},
 })

@@ -58,6 +58,7 @@ def trigger_tables(draw: st.DrawFn) -> dict[str, Any]:
         types = draw(st.lists(st.sampled_from(TYPES), min_size=2, max_size=3, unique=True))
         condition = kind
     table: dict[str, Any] = {
+        "service": "scripted",
         "types": types,
         "condition": condition,
         "detect_duplicates": draw(st.sampled_from([True, True, True, False])),
@@ -388,7 +389,8 @@ def test_a_redelivery_of_a_copy_with_the_waiting_members_message_id_is_absorbed(
     member's redelivery (spec section 2), so it is journaled waiting again; the model had
     read delivery counts from headers only and missed the broker's own count.
     """
-    triggers = parse_triggers({"trigger": [{"name": "t0", "types": ["a", "b", "c"],
+    triggers = parse_triggers({"trigger": [{"name": "t0", "service": "scripted",
+                                            "types": ["a", "b", "c"],
                                             "condition": "all", "join_timeout": "10s"}]})
     lines = [{"topic": "a", "partition": 0, "offset": 0, "ts": 0,
               "value": {"uuid": "u1", "activation": "x"}},

@@ -169,7 +169,7 @@ def test_cli_summary_says_which_trigger_is_suspended() -> None:
 
 def test_cli_reports_a_bad_trigger_file_and_exits_nonzero(tmp_path: Path) -> None:
     (tmp_path / "triggers.toml").write_text(
-        '[[trigger]]\nname = "t"\ntypes = ["a"]\nmax_retry_attempts = -1\n')
+        '[[trigger]]\nname = "t"\ntypes = ["a"]\nservice = "scripted"\nmax_retry_attempts = -1\n')
     (tmp_path / "input.jsonl").write_text('{"ts": 0, "topic": "a", "value": {}}\n')
     done = run_cli("replay", str(tmp_path))
     assert done.returncode != 0

@@ -71,7 +71,7 @@ def route_record(c: LocalCluster, offset: int, value: bytes | None) -> Delivery:
                          ids=[r[0] for r in BAD_ROUTE_RECORDS])
 async def test_a_bad_repartition_record_is_journaled_dead_lettered_and_skipped(
         name: str, value: bytes | None, says: str) -> None:
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     good = wire.doc_message(["bill"], _routed("r-2"))
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), route_record(c, 0, value),
                             route_record(c, 1, good), doc("inv", 1, 2, uuid="i-2")])
@@ -99,7 +99,7 @@ async def test_a_bad_repartition_record_is_journaled_dead_lettered_and_skipped(
 
 
 async def test_a_bad_repartition_record_over_the_record_limit_is_copied_by_reference() -> None:
-    c = cluster({"name": "bill", "types": ["inv"]}, max_record_bytes=20_000)
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]}, max_record_bytes=20_000)
     await c.runtime.handle([route_record(c, 0, b"\xff" * 10_000)])  # 3 bytes a byte as text
     (letter,) = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
     assert "raw" not in letter and letter["size"] == 10_000
@@ -107,7 +107,7 @@ async def test_a_bad_repartition_record_over_the_record_limit_is_copied_by_refer
 
 
 async def test_a_good_control_still_applies_after_the_checks() -> None:
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     await c.runtime.handle([
         route_record(c, 0, wire.control_message(wire.SUSPEND, trigger="bill", reason="ops",
                                                 journal=True)),
@@ -135,7 +135,7 @@ UNKNOWN_CONTROLS = [
                          ids=[k for k, _ in UNKNOWN_CONTROLS])
 async def test_a_control_for_an_unknown_trigger_is_journaled_and_counted(
         kind: str, fields: dict[str, Any]) -> None:
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     value = wire.control_message(kind, trigger="audit", **fields)
     await c.runtime.handle([route_record(c, 0, value), doc("inv", 0, 1, uuid="i-1")])
     (line, processed) = c.journal()
@@ -157,7 +157,7 @@ LONG = limits.MAX_KEY_LENGTH + 1
 
 
 async def test_a_dup_id_too_long_to_store_is_bad_input_before_any_state() -> None:
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     ok = "d" * limits.MAX_KEY_LENGTH
     await c.runtime.handle([
         Delivery("inv", 0, 0, 1, None, orjson.dumps({"uuid": "i-1"}), [("dup-id", b"x" * LONG)]),
@@ -186,7 +186,7 @@ async def test_a_dup_id_too_long_to_store_is_bad_input_before_any_state() -> Non
 
 async def test_the_dead_letter_copy_of_a_huge_dup_id_keeps_the_value_headers_clipped(
         ) -> None:
-    c = cluster({"name": "bill", "types": ["inv"]}, max_record_bytes=16_384)
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]}, max_record_bytes=16_384)
     await c.runtime.handle([Delivery("inv", 0, 0, 1, b"k", orjson.dumps({"uuid": "i-1"}),
                                      [("dup-id", b"x" * 20_000), ("other", b"y")])])
     (record,) = c.broker.records(c.names.dead_letter)
@@ -199,8 +199,8 @@ async def test_the_dead_letter_copy_of_a_huge_dup_id_keeps_the_value_headers_cli
 
 
 async def test_an_activation_too_long_for_history_keys_is_bad_input_at_ingress() -> None:
-    c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all"},
-                {"name": "plain", "types": ["c"]})
+    c = cluster({"name": "pair", "service": "scripted", "types": ["a", "b"], "condition": "all"},
+                {"name": "plain", "service": "scripted", "types": ["c"]})
     await c.runtime.handle([
         doc("a", 0, 1, uuid="a-1", activation="x" * LONG),
         doc("c", 0, 2, uuid="c-1", activation="x" * LONG),
@@ -219,7 +219,7 @@ async def test_an_activation_too_long_for_history_keys_is_bad_input_at_ingress()
 async def test_a_routed_document_with_an_activation_too_long_is_bad_input_for_its_trigger(
         ) -> None:
     # What a worker without the ingress check (an older version) could still route here.
-    c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all"})
+    c = cluster({"name": "pair", "service": "scripted", "types": ["a", "b"], "condition": "all"})
     routed = _routed("a-1", type="a", activation="x" * LONG)
     await c.runtime.handle([route_record(c, 0, wire.doc_message(["pair"], routed))])
     (line,) = c.journal()

@@ -20,7 +20,8 @@ from .cluster import LocalCluster
 
 NOW = 1_800_000_000.0  # the wall clock, in seconds
 NOW_MS = record_time(NOW)  # partition time is in ms
-PAIR = {"name": "pair", "types": ["a", "b"], "condition": "all", "join_timeout": "10m"}
+PAIR = {"name": "pair", "service": "scripted",
+        "types": ["a", "b"], "condition": "all", "join_timeout": "10m"}
 
 
 def cluster(**options: Any) -> LocalCluster:

@@ -56,7 +56,7 @@ class Refusing(MemoryBroker):
 async def test_a_reply_to_topic_that_cannot_be_written_gets_a_dead_letter_copy(
         hang: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(outputs, "REPLY_WAIT", 0.05)
-    c = cluster({"name": "orders", "types": ["order"]})
+    c = cluster({"name": "orders", "service": "scripted", "types": ["order"]})
     c.runtime.sender = Refusing(c.broker, "replies", hang=hang)
     await c.runtime.handle([failing("o-1", "replies")])
     ((line),) = [orjson.loads(r.value) for r in c.broker.records(c.names.journal)]
@@ -111,7 +111,7 @@ async def test_a_service_result_over_the_limit_is_replaced_by_a_note() -> None:
 
 
 async def test_a_huge_identity_is_clipped_in_the_journal_and_outputs() -> None:
-    c = cluster({"name": "bill", "types": ["inv"]}, max_record_bytes=50_000)
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]}, max_record_bytes=50_000)
     uuid = "u" * 30_000  # longer than 96: in doubt, with the identity in every record
     await c.runtime.handle([wire.Delivery("inv", 0, 0, 1, None,
                                           orjson.dumps({"uuid": uuid}), [])])

@@ -37,7 +37,7 @@ def journal(c: LocalCluster) -> list[tuple[Any, ...]]:
 
 
 async def test_a_copy_in_the_same_batch_waits_for_the_first_run() -> None:
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-1"),
                             doc("inv", 2, 3, uuid="i-2")])
     assert journal(c) == [("bill", "processed", "i-1"), ("bill", "duplicate", "i-1"),
@@ -59,7 +59,7 @@ def count_sends(c: LocalCluster) -> list[int]:
 
 async def test_a_copy_waits_in_its_place_without_splitting_the_batch() -> None:
     calls: list[str] = []
-    c = cluster({"name": "bill", "types": ["inv"]},
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]},
                 callees={"bill": (Callee("x:y", lambda d: calls.append(d["uuid"]), False,
                                          False), None)})
     sends = count_sends(c)
@@ -82,7 +82,8 @@ async def test_waiting_copies_that_run_again_run_one_after_another_in_order() ->
         calls.append(f"{document['uuid']}#{document['n']}")
         return {"n": document["n"]}
 
-    c = cluster({"name": "bill", "types": ["inv"], "detect_duplicates": False},
+    c = cluster({"name": "bill", "service": "scripted",
+                 "types": ["inv"], "detect_duplicates": False},
                 callees={"bill": (Callee("x:y", service, False, False), None)})
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1", n=0), doc("inv", 1, 2, uuid="i-1", n=1),
                             doc("inv", 2, 3, uuid="i-2", n=2), doc("inv", 3, 4, uuid="i-1", n=3)])
@@ -94,7 +95,7 @@ async def test_waiting_copies_that_run_again_run_one_after_another_in_order() ->
 
 
 async def test_a_copy_for_a_join_trigger_still_settles_first() -> None:
-    c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all"})
+    c = cluster({"name": "pair", "service": "scripted", "types": ["a", "b"], "condition": "all"})
     sends = count_sends(c)
     await c.runtime.handle([
         doc("a", 0, 1, uuid="a-1", activation="x"), doc("b", 0, 2, uuid="b-1", activation="x"),
@@ -105,7 +106,7 @@ async def test_a_copy_for_a_join_trigger_still_settles_first() -> None:
 
 
 async def test_join_members_in_one_batch_join_as_replay_does() -> None:
-    c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all"})
+    c = cluster({"name": "pair", "service": "scripted", "types": ["a", "b"], "condition": "all"})
     await c.runtime.handle([
         doc("a", 0, 1, uuid="a-1", activation="x"), doc("b", 0, 2, uuid="b-1", activation="x"),
         doc("a", 1, 3, uuid="a-2", activation="x"), doc("a", 2, 4, uuid="a-1", activation="x"),
@@ -126,9 +127,9 @@ async def test_a_suspension_rolls_back_and_holds_what_the_batch_decided_after_it
         return {"ok": True}
 
     triggers = parse_triggers({"trigger": [
-        {"name": "fragile", "types": ["a"], "max_retry_attempts": 1,
+        {"name": "fragile", "service": "scripted", "types": ["a"], "max_retry_attempts": 1,
          "on_retry_failure": "suspend"},
-        {"name": "steady", "types": ["b"]}]})
+        {"name": "steady", "service": "scripted", "types": ["b"]}]})
     services = {"fragile": (Callee("fragile", fragile_service, False, False), None),
                 "steady": (Callee("steady", lambda document: None, False, False), None)}
     c = LocalCluster(triggers, partitions=2, callees=services)
@@ -166,7 +167,8 @@ async def test_a_suspension_rolls_back_and_holds_what_the_batch_decided_after_it
 
 
 async def test_documents_go_to_the_partition_of_their_routing_key() -> None:
-    c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all"}, partitions=4)
+    c = cluster({"name": "pair", "service": "scripted",
+                 "types": ["a", "b"], "condition": "all"}, partitions=4)
     target = wire.route_partition("x", 4)
     source = (target + 1) % 4
     await c.runtime.handle([doc("a", 0, 1, partition=source, uuid="a-1", activation="x")])
@@ -179,7 +181,7 @@ async def test_documents_go_to_the_partition_of_their_routing_key() -> None:
 
 
 async def test_a_redelivered_routed_document_counts_as_delivered_twice() -> None:
-    c = cluster({"name": "plain", "types": ["a"], "use_history": False})
+    c = cluster({"name": "plain", "service": "scripted", "types": ["a"], "use_history": False})
     routed = orjson.loads(wire.doc_message(["plain"], _document("a-1")))
     value = orjson.dumps(routed)
     delivery = Delivery(c.names.route, 0, 0, 1, b"a-1", value, [])
@@ -196,7 +198,7 @@ async def test_journal_and_outputs_are_durable_before_completed_entries() -> Non
             order.append({topic for topic, _ in outbox.records})
             return await super().send(outbox)
 
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     broker = Recording(1)
     broker.topics = c.broker.topics
     c.runtime.sender = broker
@@ -208,7 +210,7 @@ async def test_journal_and_outputs_are_durable_before_completed_entries() -> Non
 
 
 async def test_controls_seed_forget_and_barrier() -> None:
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     route = c.names.route
     c.broker.append(route, 0, _control(wire.SEED, trigger="bill", identity="i-1",
                                         status="processing", ts=0))
@@ -220,7 +222,7 @@ async def test_controls_seed_forget_and_barrier() -> None:
 
 
 async def test_a_value_over_the_size_limit_is_bad_input_by_reference() -> None:
-    c = cluster({"name": "bill", "types": ["inv"]}, max_document_bytes=100)
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]}, max_document_bytes=100)
     await c.runtime.handle([doc("inv", 0, 1, uuid="big", body="x" * 200)])
     assert journal(c) == [(None, "bad-input", "big")]
     (letter,) = c.broker.records(c.names.dead_letter)
@@ -230,7 +232,7 @@ async def test_a_value_over_the_size_limit_is_bad_input_by_reference() -> None:
 
 @pytest.mark.parametrize("partitions", [1, 3])
 async def test_time_ticks_expire_joins(partitions: int) -> None:
-    c = cluster({"name": "pair", "types": ["a", "b"], "condition": "all",
+    c = cluster({"name": "pair", "service": "scripted", "types": ["a", "b"], "condition": "all",
                  "join_timeout": "10s"}, partitions=partitions)
     target = wire.route_partition("x", partitions)
     await c.runtime.handle([doc("a", 0, 100, partition=target, uuid="a-1", activation="x")])
@@ -270,7 +272,8 @@ async def test_a_join_that_ran_before_a_crash_does_not_expire_its_members_later(
     delivered again it is decided from its history, and the member that ran with it
     leaves the join as a duplicate: no `join-expired` after its `processed`.
     """
-    pair = {"name": "pair", "types": ["l", "r"], "condition": "all", "join_timeout": "10s"}
+    pair = {"name": "pair", "service": "scripted",
+            "types": ["l", "r"], "condition": "all", "join_timeout": "10s"}
     joins_changelog = "onceflow-joins-changelog"
 
     class Killed(MemoryBroker):
@@ -317,7 +320,7 @@ async def test_a_join_that_ran_before_a_crash_does_not_expire_its_members_later(
 async def test_an_unreadable_history_value_is_in_doubt_until_resubmitted() -> None:
     # A value written by a newer version (or damaged) is not guessed at: the document is In
     # Doubt, and resubmitting it (forget only="processing") lets it be decided again.
-    c = cluster({"name": "bill", "types": ["inv"]}, partitions=1)
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]}, partitions=1)
     route = c.names.route
     c.broker.append(route, 0, _control(wire.SEED, trigger="bill", identity="i-1",
                                         status="completed", ts=0))

@@ -45,7 +45,7 @@ async def test_a_record_the_worker_fails_on_is_bad_input_and_the_partition_goes_
     def service(document: Any) -> None:
         calls.append(document["uuid"])
 
-    c = cluster({"name": "bill", "types": ["inv"]},
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]},
                 callees={"bill": (Callee("x:y", service, False, False), None)})
     fail_on(monkeypatch, "i-2")
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-2"),
@@ -68,7 +68,8 @@ async def test_records_made_durable_before_the_failure_are_not_decided_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # A trigger that may suspend: its copy of i-1 cannot wait in its place for the first
     # run (batch.py), so it settles (and makes durable) the group so far before i-3 fails.
-    c = cluster({"name": "bill", "types": ["inv"], "on_retry_failure": "suspend"})
+    c = cluster({"name": "bill", "service": "scripted",
+                 "types": ["inv"], "on_retry_failure": "suspend"})
     routed = fail_on(monkeypatch, "i-3")
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-1"),
                             doc("inv", 2, 3, uuid="i-3"), doc("inv", 3, 4, uuid="i-4")])
@@ -82,7 +83,7 @@ async def test_records_made_durable_before_the_failure_are_not_decided_again(
 async def test_a_failure_while_deciding_waiting_copies_runs_no_service_twice(
         monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    c = cluster({"name": "bill", "types": ["inv"]},
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]},
                 callees={"bill": (Callee("x:y", lambda d: calls.append(d["uuid"]), False,
                                          False), None)})
     original = partition_module.decide_waiting
@@ -107,7 +108,7 @@ async def test_a_failure_while_deciding_waiting_copies_runs_no_service_twice(
 
 async def test_a_stored_value_that_is_not_json_stops_the_worker_naming_the_record(
         caplog: pytest.LogCaptureFixture) -> None:
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
     # (History that cannot be read is the spec's "history unavailable": In Doubt, or the
     # resolver.  The duplicate-ID caches and delivery progress have no such fallback.)
@@ -124,7 +125,7 @@ async def test_a_service_result_json_cannot_hold_is_processed_and_not_published(
     def service(document: Any) -> Any:
         return {"big": 2**70} if document["uuid"] == "i-1" else {"ok": True}
 
-    c = cluster({"name": "bill", "types": ["inv"]},
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]},
                 callees={"bill": (Callee("x:y", service, False, False), None)})
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-2")])
     assert journal(c) == [("bill", "processed", "i-1"), ("bill", "processed", "i-2")]
@@ -138,7 +139,7 @@ async def test_a_service_result_json_cannot_hold_is_processed_and_not_published(
 
 
 async def test_header_names_and_values_that_are_not_utf8_are_bad_input_naming_them() -> None:
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     value = orjson.dumps({"uuid": "i-1"})
     await c.runtime.handle([
         Delivery("inv", 0, 0, 1, None, value, [("dup-id", b"\xff\xfe")]),
@@ -162,7 +163,7 @@ async def test_header_names_and_values_that_are_not_utf8_are_bad_input_naming_th
 
 async def test_state_a_partition_cannot_be_built_from_stops_the_worker_naming_the_record(
         caplog: pytest.LogCaptureFixture) -> None:
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
     c.runtime.forget_partitions([0])  # (as after a restart or a rebalance)
     c.state["control"][0].data[b"time"] = b"{not json"
@@ -173,7 +174,7 @@ async def test_state_a_partition_cannot_be_built_from_stops_the_worker_naming_th
 
 
 async def test_a_dead_letter_copy_keeps_a_key_that_is_not_utf8() -> None:
-    c = cluster({"name": "bill", "types": ["inv"]})
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     await c.runtime.handle([
         Delivery("inv", 0, 0, 1, b"\xff\x00", b"not json", []),
         Delivery("inv", 0, 1, 2, b"\xfe", orjson.dumps({"uuid": "i-2"}), []),  # a document

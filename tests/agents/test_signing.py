@@ -23,8 +23,8 @@ TOKEN = "t0ken"
 
 def signed_cluster(token: str | None = TOKEN) -> LocalCluster:
     triggers = parse_triggers({"trigger": [
-        {"name": "pair", "types": ["a", "b"], "condition": "all"},
-        {"name": "plain", "types": ["p"]}]})
+        {"name": "pair", "service": "scripted", "types": ["a", "b"], "condition": "all"},
+        {"name": "plain", "service": "scripted", "types": ["p"]}]})
     keys = (route_key(token),) if token else ()
     return LocalCluster(triggers, partitions=2, route_keys=keys)
 

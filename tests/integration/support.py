@@ -20,8 +20,9 @@ def orders_and_pairs(join_timeout: str | None = "10m") -> str:
     """A trigger file: a simple trigger on "order" documents and an All join of "left" and
     "right" (with the default join timeout of a day when `join_timeout` is None)."""
     timeout = "" if join_timeout is None else f'join_timeout = "{join_timeout}"\n'
-    return ('[[trigger]]\nname = "orders"\ntypes = ["order"]\n\n'
-            '[[trigger]]\nname = "pairs"\ntypes = ["left", "right"]\ncondition = "all"\n'
+    return ('[[trigger]]\nname = "orders"\ntypes = ["order"]\nservice = "scripted"\n\n'
+            '[[trigger]]\nname = "pairs"\ntypes = ["left", "right"]\nservice = "scripted"\n'
+            'condition = "all"\n'
             + timeout)
 
 

@@ -28,10 +28,12 @@ TRIGGERS = """
 [[trigger]]
 name = "orders"
 types = ["order"]
+service = "scripted"
 
 [[trigger]]
 name = "first"
 types = ["left", "right"]
+service = "scripted"
 condition = "only_one"
 """
 LIMIT = 16_384  # the smallest ONCEFLOW_MAX_RECORD_BYTES

@@ -374,7 +374,7 @@ def test_a_record_whose_header_name_is_not_utf8_does_not_stop_the_bridge(
     prefix = new_prefix()
     names = Names(prefix)
     triggers = tmp_path / "triggers.toml"
-    triggers.write_text('[[trigger]]\nname = "orders"\ntypes = ["order"]\n')
+    triggers.write_text('[[trigger]]\nname = "orders"\ntypes = ["order"]\nservice = "scripted"\n')
     worker = start_worker(triggers, prefix, partitions=2)
     source_topic = prefix + "shop.orders"
     asyncio.run(create_topic(broker.bootstrap, source_topic))

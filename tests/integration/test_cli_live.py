@@ -29,10 +29,12 @@ TRIGGERS = """
 [[trigger]]
 name = "billing"
 types = ["invoice"]
+service = "scripted"
 
 [[trigger]]
 name = "fulfil"
 types = ["order", "payment"]
+service = "scripted"
 condition = "all"
 """
 

@@ -36,11 +36,13 @@ TRIGGERS = """
 [[trigger]]
 name = "orders"
 types = ["order"]
+service = "scripted"
 history_ttl = "1d"
 
 [[trigger]]
 name = "pairs"
 types = ["left", "right"]
+service = "scripted"
 condition = "all"
 join_timeout = "10m"
 """

@@ -35,10 +35,12 @@ TRIGGERS = """
 [[trigger]]
 name = "orders"
 types = ["order"]
+service = "scripted"
 
 [[trigger]]
 name = "plain"
 types = ["plain"]
+service = "scripted"
 use_history = false
 """
 PARTITIONS = 2

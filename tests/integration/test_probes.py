@@ -27,6 +27,7 @@ TRIGGERS = """
 [[trigger]]
 name = "orders"
 types = ["order"]
+service = "scripted"
 """
 PARTITIONS = 4
 

@@ -26,10 +26,12 @@ TRIGGERS = """
 [[trigger]]
 name = "orders"
 types = ["order"]
+service = "scripted"
 
 [[trigger]]
 name = "triple"
 types = ["a", "b", "c"]
+service = "scripted"
 condition = "all"
 """
 LIMIT = 500_000

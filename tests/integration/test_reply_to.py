@@ -24,6 +24,7 @@ TRIGGERS = """
 [[trigger]]
 name = "orders"
 types = ["order"]
+service = "scripted"
 """
 
 

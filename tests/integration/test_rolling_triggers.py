@@ -29,11 +29,13 @@ OLD = """
 [[trigger]]
 name = "orders"
 types = ["order"]
+service = "scripted"
 """
 NEW = OLD + """
 [[trigger]]
 name = "audit"
 types = ["order"]
+service = "scripted"
 """
 
 

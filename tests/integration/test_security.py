@@ -29,6 +29,7 @@ TRIGGERS = """
 [[trigger]]
 name = "orders"
 types = ["order"]
+service = "scripted"
 """
 USERS = {"SCRAM-SHA-256": {"alice": "alice-pw"}, "SCRAM-SHA-512": {"bob": "bob-pw, with ="},
          "PLAIN": {"dave": "dave-pw"}}

@@ -26,6 +26,7 @@ TRIGGERS = """
 [[trigger]]
 name = "orders"
 types = ["order"]
+service = "scripted"
 """
 
 

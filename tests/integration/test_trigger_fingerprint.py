@@ -14,12 +14,14 @@ FILE = """
 [[trigger]]
 name = "orders"
 types = ["order"]
+service = "scripted"
 """
 SAME = "# the same triggers, written otherwise\n" + FILE.replace('"order"', "'order'")
 OTHER = FILE + """
 [[trigger]]
 name = "audit"
 types = ["order"]
+service = "scripted"
 """
 
 

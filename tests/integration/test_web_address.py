@@ -17,7 +17,7 @@ from .support import publish, wait_journal
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = '[[trigger]]\nname = "orders"\ntypes = ["order"]\n'
+TRIGGERS = '[[trigger]]\nname = "orders"\ntypes = ["order"]\nservice = "scripted"\n'
 
 
 def test_requests_are_forwarded_to_the_advertised_address(

@@ -27,10 +27,12 @@ TRIGGERS = """\
 [[trigger]]
 name = "billing"
 types = ["invoice"]
+service = "scripted"
 
 [[trigger]]
 name = "fulfil"
 types = ["order", "payment"]
+service = "scripted"
 condition = "all"
 join_timeout = "5m"
 """
