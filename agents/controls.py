@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from onceflow import journal as J
 from onceflow.envelope import record_time
 from onceflow.journal import JournalRecord
+from onceflow.partition import Partition
 from onceflow.processor import TriggerProcessor
 from onceflow.tables.outbox import Outbox
 
@@ -29,6 +29,7 @@ class ControlMixin:
     outbox: Outbox
     journal: list[JournalRecord]
     processors: dict[str, TriggerProcessor]
+    state: Partition
 
     # Provided by the partition worker.
     def tick(self, ts: int) -> None: ...  # noqa: D102
@@ -101,12 +102,9 @@ class ControlMixin:
                         str(message.get("only") or "processing"))
 
     def _suspend(self, processor: TriggerProcessor, reason: str, journal: bool) -> None:
-        if processor.suspended:
-            return
-        self.set_suspended(processor, reason)
-        if journal:
-            self.journal.append(JournalRecord(processor.trigger.name, J.SUSPENDED, None, None,
-                                              self.now, reason=reason))
+        record = self.state.suspend_by_command(processor, reason)
+        if record is not None and journal:
+            self.journal.append(record)
 
     def broadcast_suspend(self, processor: TriggerProcessor) -> None:
         """A run or a decision suspended the trigger here: suspend it on every partition."""

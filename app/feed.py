@@ -16,9 +16,16 @@ from typing import Any
 
 from onceflow.agents.wire import route_partition
 from onceflow.engine import MemoryState
-from onceflow.envelope import H_DELIVERY_COUNT, H_MESSAGE_ID, Record, encode_value, seconds
+from onceflow.envelope import (
+    H_DELIVERY_COUNT,
+    H_MESSAGE_ID,
+    Record,
+    encode_value,
+    record_time,
+    seconds,
+)
 from onceflow.ingress import Ingress
-from onceflow.scenario import HistorySeed, Scenario
+from onceflow.scenario import Control, HistorySeed, Scenario
 from onceflow.triggers import TriggerSet
 
 
@@ -34,11 +41,17 @@ class FeedRecord:
     answered_by: tuple[str, ...]  # trigger names; empty: ingress answers (trigger null)
 
 
-def feed(scenario: Scenario) -> Iterator[FeedRecord]:
-    """Every record of a scenario in file order, as a live run sends it."""
+def feed(scenario: Scenario) -> Iterator[FeedRecord | Control]:
+    """Every record of a scenario in file order, as a live run sends it.
+
+    A control line (an operator's command) comes as it is, in its place.
+    """
     state = MemoryState()
     shadow = Ingress(scenario.triggers, state.progress, state.id_store)
     for index, record in enumerate(scenario.iter_records()):
+        if isinstance(record, Control):
+            yield record
+            continue
         headers = dict(record.headers)
         headers.setdefault(H_MESSAGE_ID, record.coordinates)
         highest = shadow.delivery.highest(record.topic, record.partition)
@@ -76,10 +89,15 @@ def seed_partitions(triggers: TriggerSet, seed: HistorySeed, partitions: int) ->
 
 
 class JournalMapper:
-    """Puts journal records of a live run back in the scenario's terms."""
+    """Puts journal records of a live run back in the scenario's terms.
 
-    def __init__(self) -> None:
+    `base`: the milliseconds the run added to every scenario time; a record about no
+    input record (a command's `suspended` or `resumed`) has it taken off its ts.
+    """
+
+    def __init__(self, base: int = 0) -> None:
         self._by_live: dict[tuple[str, int, int], Record] = {}
+        self.base = base
 
     def sent(self, record: Record, topic: str, partition: int, live_offset: int) -> None:
         """Remember where a scenario record landed (topic: its logical name)."""
@@ -100,4 +118,6 @@ class JournalMapper:
             out["ts"] = seconds(record.ts)
             out["partition"] = record.partition
             out["offset"] = record.offset
+        elif isinstance(line.get("ts"), int | float) and line.get("topic") is None:
+            out["ts"] = seconds(record_time(line["ts"]) - self.base)
         return out

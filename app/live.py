@@ -27,9 +27,11 @@ from typing import Any
 import orjson
 from onceflow.agents import wire
 from onceflow.agents.signing import RouteSigner
+from onceflow.envelope import Record
 from onceflow.errors import OnceflowError
 from onceflow.journal import JOIN_PENDING, SUSPENDED, TERMINAL
-from onceflow.scenario import Scenario, load_scenario
+from onceflow.scenario import SUSPEND as SUSPEND_ACTION
+from onceflow.scenario import Control, Scenario, load_scenario
 
 from .broker import EmbeddedBroker, free_port
 from .feed import FeedRecord, JournalMapper, feed, seed_message, seed_partitions
@@ -82,7 +84,7 @@ class LiveRun:
         self.workdir = workdir
         self.prefix = f"live-{uuid.uuid4().hex[:10]}."
         self.names = wire.Names(self.prefix)
-        records = list(scenario.iter_records())
+        records = [r for r in scenario.iter_records() if isinstance(r, Record)]
         self.topics = sorted({r.topic for r in records})
         self.partitions = partitions or max(2, 1 + max((r.partition for r in records),
                                                         default=0))
@@ -96,7 +98,7 @@ class LiveRun:
         self.signer = RouteSigner.from_tokens(token)
         self.worker = WorkerProcess(scenario.path / "triggers.toml", env,
                                     workdir / "worker.log")
-        self.mapper = JournalMapper()
+        self.mapper = JournalMapper(BASE_TIME * 1000)
         self.suspended: set[str] = set()
         self._answers: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
         self._seen = 0
@@ -113,14 +115,18 @@ class LiveRun:
                 await self._seed(producer, acks)
                 now: int | None = None
                 for item in feed(self.scenario):
-                    ts_ms = BASE_TIME * 1000 + item.record.ts
-                    if now is None or item.record.ts > now:
+                    ts = item.ts if isinstance(item, Control) else item.record.ts
+                    ts_ms = BASE_TIME * 1000 + ts
+                    if now is None or ts > now:
                         # Documents whose routing key stays on their input partition are
                         # decided at ingress, apart from the repartition topic's stream:
                         # the barrier makes sure the tick is applied before this record.
-                        now = item.record.ts
+                        now = ts
                         await self._tick(producer, ts_ms)
                         await self._barrier(producer, acks)
+                    if isinstance(item, Control):
+                        await self._command(producer, acks, journal, item)
+                        continue
                     suspended = len(self.suspended)
                     offset = await self._send(producer, item, ts_ms)
                     await self._wait_answers(journal, item, offset)
@@ -148,6 +154,29 @@ class LiveRun:
                 await self._route(producer, partition, b"seed", wire.control_message(
                     wire.SEED, **seed_message(seed, BASE_TIME)))
         await self._barrier(producer, acks)
+
+    async def _command(self, producer: Any, acks: TopicFollower, journal: TopicFollower,
+                       control: Control) -> None:
+        """The operator's suspend or resume, sent as `onceflow suspend|resume` sends it.
+
+        Every partition gets the signed command (partition 0 journals it); the barrier
+        waits until each has applied it and decided again what it held.  A document
+        decided again may suspend its trigger again: a second barrier makes sure every
+        partition has that suspension before the next record.
+        """
+        kind = wire.SUSPEND if control.action == SUSPEND_ACTION else wire.RESUME
+        reason = "suspended by command" if kind == wire.SUSPEND else "resumed by command"
+        for partition in range(self.partitions):
+            await self._route(producer, partition, control.trigger.encode(),
+                              wire.control_message(kind, trigger=control.trigger,
+                                                   reason=reason, journal=partition == 0))
+        await self._barrier(producer, acks)
+        if kind == wire.SUSPEND:
+            self.suspended.add(control.trigger)
+        else:
+            self.suspended.discard(control.trigger)
+            await self._barrier(producer, acks)
+            self._index(journal)
 
     async def _tick(self, producer: Any, ts_ms: int) -> None:
         for partition in range(self.partitions):
@@ -198,7 +227,8 @@ class LiveRun:
         while self._seen < len(records):
             line = orjson.loads(records[self._seen].value)
             self._seen += 1
-            if line["outcome"] == SUSPENDED and line.get("trigger"):
+            if line["outcome"] == SUSPENDED and line.get("trigger") and \
+                    line.get("identity") is not None:  # a run suspended its trigger
                 self.suspended.add(line["trigger"])
             key = (line.get("topic"), line.get("partition"), line.get("offset"))
             self._answers.setdefault(key, []).append(line)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from .journal import JournalRecord
 from .partition import HeldInMemory, Partition
 from .processor import HELD, Output, Run, Sink, TriggerProcessor, _Held
 from .running import AwaitRunner, run_service
+from .scenario import SUSPEND, Control
 from .scripted import RESOLVERS, SERVICES
 from .store import Store
 from .triggers import TriggerDef, TriggerSet
@@ -237,17 +238,22 @@ class Engine:
             sink.output(dead_letter(record, rejected))
         return sink
 
-    def process_all(self, records: Iterable[Record], sink: Sink,
+    def process_all(self, records: Iterable[Record | Control], sink: Sink,
                     on_journal: Callable[[list[JournalRecord]], None] | None = None,
                     chunk: int = 4096) -> None:
-        """Every record in order, positions counted from 0, then the end of the input.
+        """Every line in order, positions counted from 0, then the end of the input.
+
+        A Control (an operator's command) is applied between the records around it.
 
         With `on_journal`, the journal is handed over (and not kept) every `chunk` records
         made and once at the end.  One compiled loop: the replay's per-record glue.
         """
         position = 0
         for record in records:
-            self.process(record, position, sink)
+            if isinstance(record, Control):
+                self.command(record, sink)
+            else:
+                self.process(record, position, sink)
             position += 1
             if on_journal is not None and len(sink.journal) >= chunk:
                 on_journal(sink.journal)
@@ -283,11 +289,35 @@ class Engine:
         if processor.suspended:
             self.partition.hold(processor, [run.newest])
 
-    def resume(self, trigger: str, reason: str = "resumed by command") -> Sink:
+    def command(self, control: Control, sink: Sink) -> None:
+        """An operator's suspend or resume at its time (a scenario's control line).
+
+        Time moves to the control's ts first, as a record's would (expiring what is due);
+        then the trigger is suspended, or resumed and what it held decided again.
+        """
+        self._advance(control.ts, sink.journal)
+        if control.action == SUSPEND:
+            self.suspend(control.trigger, sink=sink)
+        else:
+            self.resume(control.trigger, sink=sink)
+
+    def suspend(self, trigger: str, reason: str = "suspended by command",
+                sink: Sink | None = None) -> Sink:
+        """Suspend a trigger by command: its documents are held until it is resumed."""
+        out = Sink() if sink is None else sink
+        record = self.partition.suspend_by_command(self.processors[trigger], reason)
+        if record is not None:
+            out.journal.append(record)
+        return out
+
+    def resume(self, trigger: str, reason: str = "resumed by command",
+               sink: Sink | None = None) -> Sink:
         """Resume a suspended trigger and redeliver what it held, in order."""
         processor = self.processors[trigger]
         record, held = self.partition.resume(processor, reason)
-        out = Sink([] if record is None else [record])
+        out = Sink() if sink is None else sink
+        if record is not None:
+            out.journal.append(record)
         definition = processor.trigger
         for document in held:
             if processor.suspended:

@@ -19,7 +19,7 @@ from typing import Protocol
 from .envelope import Document, Timestamp
 from .errors import HistoryUnavailable
 from .history import entry_key
-from .journal import JournalRecord
+from .journal import SUSPENDED, JournalRecord
 from .processor import TriggerProcessor
 from .triggers import TriggerDef
 
@@ -160,6 +160,18 @@ class Partition:
         processor.suspended = True
         processor.suspended_reason = reason
         self.holding.mark(processor.trigger.name, reason)
+
+    def suspend_by_command(self, processor: TriggerProcessor,
+                           reason: str) -> JournalRecord | None:
+        """The operator's suspend: its `suspended` record (at partition time), or None.
+
+        A trigger that is already suspended stays as it is and gets no record.
+        """
+        if processor.suspended:
+            return None
+        self.suspend(processor, reason)
+        return JournalRecord(processor.trigger.name, SUSPENDED, None, None, self.now,
+                             reason=reason)
 
     def resume(self, processor: TriggerProcessor,
                reason: str) -> tuple[JournalRecord | None, list[Document]]:

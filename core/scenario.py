@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -12,6 +12,7 @@ import orjson
 from .envelope import NotJson, Record, Timestamp, decode_value, record_time, seconds
 from .errors import ScenarioError
 from .pickling import by_fields
+from .tomltext import toml_text
 from .triggers import TriggerSet, load_triggers
 
 
@@ -30,6 +31,61 @@ class HistorySeed:
         return by_fields(self)
 
 
+# The operator's commands a scenario line may give (spec section 7).
+SUSPEND: Final = "suspend"
+RESUME: Final = "resume"
+CONTROLS: Final = (SUSPEND, RESUME)
+
+
+@dataclass(slots=True)
+class Control:
+    """An input line that is an operator's command at a time: suspend or resume a trigger.
+
+    `{"ts": seconds, "control": "suspend" | "resume", "trigger": name}`: the admin command
+    (`onceflow suspend|resume`) given at that record time, between the lines around it.
+    """
+
+    ts: Timestamp
+    action: str
+    trigger: str
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
+
+
+def parse_control_line(item: dict[str, Any], where: str = "",
+                       triggers: Collection[str] | None = None) -> Control:
+    """A control line as a Control; ScenarioError says what is wrong with it.
+
+    `triggers`: the names of the scenario's triggers, when known; a control naming
+    another trigger is refused.
+    """
+    action = item.get("control")
+    if action not in CONTROLS:
+        raise ScenarioError(f"{_at(where)}'control' must be \"suspend\" or \"resume\", "
+                            f"got {toml_text(action)}")
+    ts: Any = item.get("ts")
+    if type(ts) not in _NUMBER:
+        raise ScenarioError(f"{_at(where)}'ts' must be a number of seconds")
+    trigger = item.get("trigger")
+    if type(trigger) is not str or not trigger:
+        raise ScenarioError(f"{_at(where)}a {action} line needs 'trigger', the name of a "
+                            f"trigger of triggers.toml")
+    if triggers is not None and trigger not in triggers:
+        known = ", ".join(sorted(triggers))
+        raise ScenarioError(f"{_at(where)}'trigger' must name a trigger of triggers.toml "
+                            f"({known}), got {trigger!r}")
+    unknown = sorted(set(item) - {"ts", "control", "trigger"})
+    if unknown:
+        raise ScenarioError(f"{_at(where)}a control line has only 'ts', 'control' and "
+                            f"'trigger', not {', '.join(map(repr, unknown))}")
+    try:
+        ms = record_time(ts)
+    except ValueError as exc:
+        raise ScenarioError(f"{_at(where)}'ts': {exc}") from None
+    return Control(ms, action, trigger)
+
+
 @dataclass(slots=True)
 class Scenario:
     """A scenario read from its folder; records are read lazily, in file order."""
@@ -43,13 +99,18 @@ class Scenario:
         """The scenario's input.jsonl."""
         return self.path / "input.jsonl"
 
-    def iter_records(self, offsets: InputOffsets | None = None) -> Iterator[Record]:
-        """Every input record in file order, read as it goes (into `offsets` when given)."""
-        return read_records(self.input_path, offsets)
+    def iter_records(self, offsets: InputOffsets | None = None) -> Iterator[Record | Control]:
+        """Every input line in file order, read as it goes (into `offsets` when given).
+
+        A line is a Record, or a Control (an operator's command) naming one of the
+        scenario's triggers.
+        """
+        return read_records(self.input_path, offsets,
+                            triggers={t.name for t in self.triggers.triggers})
 
     @property
-    def records(self) -> list[Record]:
-        """Every input record, in a list."""
+    def records(self) -> list[Record | Control]:
+        """Every input line, in a list."""
         return list(self.iter_records())
 
 
@@ -180,10 +241,11 @@ class _Lane:
         self.wanted = wanted  # the offsets whose values are kept; None: every offset
 
 
-def read_records(path: Path, offsets: InputOffsets | None = None, end: int = -1
-                 ) -> Iterator[Record]:
+def read_records(path: Path, offsets: InputOffsets | None = None, end: int = -1, *,
+                 triggers: Collection[str] | None = None) -> Iterator[Record | Control]:
     """Records of an input.jsonl in file order, with partitions and offsets filled in.
 
+    A control line comes as a Control (`triggers`: the names it may give, when known).
     The caller may own `offsets`, to keep what was read beyond the iteration.  With `end`
     >= 0, the reading stops before the line that starts at or after byte `end`.
     """
@@ -215,7 +277,11 @@ def read_records(path: Path, offsets: InputOffsets | None = None, end: int = -1
                         item = loads(line)
                         if type(item) is not dict:
                             raise ScenarioError("expected a JSON object")
-                        record = parse_record_line(item, offsets, "", line, start)
+                        record: Record | Control
+                        if "control" in item:
+                            record = parse_control_line(item, "", triggers)
+                        else:
+                            record = parse_record_line(item, offsets, "", line, start)
                     except orjson.JSONDecodeError as exc:
                         if not line.strip():
                             continue

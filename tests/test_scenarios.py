@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from onceflow.app.replay import replay_scenario
-from onceflow.errors import ConfigError
+from onceflow.errors import ConfigError, ScenarioError
 from onceflow.journal import CONTRACT_FIELDS, contract_key, contract_multiset
 from onceflow.scenario import load_scenario
 
@@ -368,3 +368,40 @@ def test_a_first_line_that_changed_in_the_file_is_not_taken_for_the_record(
     assert parse_record_line({"ts": 2, "topic": "t", "offset": 0}, offsets, "", None,
                              999).value.text == "x"
     offsets.close()
+
+
+# -- control lines: the operator's suspend and resume (spec section 7) -------------------------
+
+def _control_scenario(tmp_path: Path, line: str) -> Path:
+    (tmp_path / "triggers.toml").write_text(
+        '[[trigger]]\nname = "bill"\ntypes = ["invoice"]\nservice = "scripted"\n')
+    (tmp_path / "input.jsonl").write_text(
+        '{"ts": 1, "topic": "invoice", "value": {"uuid": "i-1"}}\n' + line + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ('{"ts": 2, "control": "suspend", "trigger": "billing"}',
+     "input.jsonl:2: 'trigger' must name a trigger of triggers.toml (bill), got 'billing'"),
+    ('{"ts": 2, "control": "pause", "trigger": "bill"}',
+     "input.jsonl:2: 'control' must be \"suspend\" or \"resume\", got \"pause\""),
+    ('{"ts": 2, "control": "resume"}', "input.jsonl:2: a resume line needs 'trigger'"),
+    ('{"control": "resume", "trigger": "bill"}', "input.jsonl:2: 'ts' must be a number"),
+    ('{"ts": 2, "control": "resume", "trigger": "bill", "topic": "invoice"}',
+     "input.jsonl:2: a control line has only 'ts', 'control' and 'trigger', not 'topic'"),
+])
+def test_a_bad_control_line_is_a_scenario_error_naming_its_line(tmp_path: Path, line: str,
+                                                                 says: str) -> None:
+    scenario = load_scenario(_control_scenario(tmp_path, line))
+    with pytest.raises(ScenarioError) as info:
+        list(scenario.iter_records())
+    assert says in str(info.value)
+
+
+def test_a_control_line_reads_as_a_command_at_its_time(tmp_path: Path) -> None:
+    from onceflow.scenario import Control
+
+    scenario = load_scenario(_control_scenario(
+        tmp_path, '{"ts": 2.0004, "control": "suspend", "trigger": "bill"}'))
+    _, control = scenario.iter_records()
+    assert control == Control(2000, "suspend", "bill")  # in ms, rounded

@@ -15,9 +15,9 @@ import pytest
 from onceflow.agents import wire
 from onceflow.app.feed import JournalMapper, feed, seed_message, seed_partitions
 from onceflow.app.replay import replay_scenario
-from onceflow.envelope import seconds
+from onceflow.envelope import Record, seconds
 from onceflow.journal import contract_key
-from onceflow.scenario import load_scenario
+from onceflow.scenario import Control, load_scenario
 
 from .cluster import LocalCluster
 
@@ -26,7 +26,7 @@ SCENARIOS = Path(__file__).parents[1] / "scenarios"
 
 async def run_local(folder: Path, partitions: int = 4) -> list[dict]:
     scenario = load_scenario(folder)
-    topics = {r.topic for r in scenario.iter_records()}
+    topics = {r.topic for r in scenario.iter_records() if isinstance(r, Record)}
     cluster = LocalCluster(scenario.triggers, partitions=partitions, base_dir=folder,
                            extra_topics=tuple(sorted(topics)))
     names = cluster.names
@@ -38,16 +38,26 @@ async def run_local(folder: Path, partitions: int = 4) -> list[dict]:
     mapper = JournalMapper()
     now = None
     for item in feed(scenario):
-        ts = item.record.ts
+        ts = item.ts if isinstance(item, Control) else item.record.ts
         if now is None or ts > now:
             now = ts
             for partition in range(partitions):
                 cluster.broker.append(names.route, partition, _control(wire.TICK, ts=seconds(ts)))
+        if isinstance(item, Control):  # the operator's command, as `onceflow suspend` sends it
+            for partition in range(partitions):
+                cluster.broker.append(names.route, partition, _control(
+                    item.action, trigger=item.trigger, reason=REASONS[item.action],
+                    journal=partition == 0))
+            await cluster.pump()
+            continue
         offset = cluster.send(item.record.topic, item.record.partition, item.value, ts=ts,
                               key=item.key, headers=item.headers)
         mapper.sent(item.record, item.record.topic, item.record.partition, offset)
         await cluster.pump()
     return [mapper.map(line) for line in cluster.journal()]
+
+
+REASONS = {"suspend": "suspended by command", "resume": "resumed by command"}
 
 
 def _control(kind: str, **fields: object):
