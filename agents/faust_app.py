@@ -227,7 +227,7 @@ async def tick_idle_partitions(app: OnceflowApp, runtime: Runtime,
     outbox = Outbox()
     names = runtime.names
     if options.idle_ticks:
-        now = time.time()
+        now = runtime.wall_clock()  # seconds, as ticks carry time on the wire
         started = runtime.monotonic()
         for tp in app.assignor.assigned_actives():
             if tp.topic != names.route:

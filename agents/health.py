@@ -17,6 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from onceflow.partition import caught_up
+
 LOOP_BEAT = 1.0  # seconds between heartbeats of the event loop
 LOOP_STALE = 10.0  # a heartbeat older than this: the loop is blocked or starved
 
@@ -91,12 +93,10 @@ def records_waiting(app: Any, partition: int | None = None) -> bool:
             if tp.topic not in topics or partition is not None and tp.partition != partition:
                 continue
             highwater = consumer.highwater(tp)
-            if highwater is None:
-                if partition is not None:
-                    return True  # not fetched yet: nothing says it is idle
-                continue
-            read = consumer._read_offset.get(tp)
-            if highwater - 1 > (read if read is not None else -1):
+            if highwater is None and partition is None:
+                continue  # not fetched yet: for the stuck check, nothing is waiting
+            # Not fetched yet (highwater None): nothing says the partition is idle.
+            if not caught_up(highwater, consumer._read_offset.get(tp)):
                 return True
     except Exception:  # the client has no answer for a partition right now
         return partition is not None

@@ -36,6 +36,20 @@ def routing_key(trigger: TriggerDef, doc: Document) -> str:
     return doc.identity
 
 
+def caught_up(highwater: int | None, last_read: int | None) -> bool:
+    """Whether a consumer has read every record of a topic partition (it has no lag).
+
+    `highwater`: the offset the broker gives the next record (None: not known yet, as
+    before the first fetch); `last_read`: the offset of the last record read (None: none).
+    Only a caught-up partition is idle: the wall clock may move its time then, and only
+    then, so that a worker restarting after an outage expires joins on the record times
+    of its backlog, as a replay would, not all at once on the wall clock.
+    """
+    if highwater is None:
+        return False
+    return highwater - 1 <= (-1 if last_read is None else last_read)
+
+
 class Holding(Protocol):
     """Where a partition keeps the documents of its suspended triggers."""
 

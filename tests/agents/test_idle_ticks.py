@@ -1,0 +1,85 @@
+"""Wall-clock ticks move a partition's time only while its consumer has no lag (spec 4).
+
+A worker that restarts after an outage has a backlog: a tick at wall-clock time before
+the backlog is read would expire every open join whose members are still in it.  The
+worker's timer (agents/faust_app.tick_idle_partitions) asks the consumer for each
+partition's highwater and last offset read; here a fake consumer answers, and the ticks
+go through the in-process cluster's repartition topic to the partition.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any, NamedTuple
+
+import orjson
+from onceflow.agents.faust_app import tick_idle_partitions
+from onceflow.agents.wire import Delivery
+from onceflow.envelope import record_time
+from onceflow.partition import caught_up
+from onceflow.triggers import parse_triggers
+
+from .cluster import LocalCluster
+
+PAIR = {"name": "pair", "service": "scripted", "types": ["a", "b"], "join_timeout": "10m"}
+
+
+class TP(NamedTuple):
+    topic: str
+    partition: int
+
+
+class Consumer:
+    """What the timer asks of the Kafka consumer: highwater and last offset read."""
+
+    def __init__(self) -> None:
+        self.highwaters: dict[TP, int | None] = {}
+        self._read_offset: dict[TP, int] = {}
+
+    def assignment(self) -> set[TP]:
+        return set(self.highwaters)
+
+    def highwater(self, tp: TP) -> int | None:
+        return self.highwaters[tp]
+
+
+def test_a_partition_is_caught_up_only_when_every_record_was_read() -> None:
+    assert caught_up(0, None)  # an empty partition
+    assert caught_up(5, 4)
+    assert not caught_up(5, 3)  # one record not read yet
+    assert not caught_up(5, None)
+    assert not caught_up(None, 4)  # not fetched since assigned: nothing says it is idle
+
+
+async def test_wall_clock_ticks_wait_until_the_backlog_is_read() -> None:
+    c = LocalCluster(parse_triggers({"trigger": [PAIR]}), partitions=1)
+    clock = [0.0]
+    c.runtime.monotonic = lambda: clock[0]  # the timer's idle_after, on a clock by hand
+    opened = record_time(time.time() - 3600)  # a join opened an hour ago (before an outage)
+    await c.runtime.handle([Delivery("a", 0, 0, opened, None,
+                                     orjson.dumps({"uuid": "a-1", "activation": "x"}), [])])
+    worker = c.runtime.worker(0)
+    consumer = Consumer()
+    route = TP(c.names.route, 0)
+    backlog = TP(c.names.topic("b"), 0)
+    consumer.highwaters = {route: 0, backlog: 1}  # b-1, the join's other member, waits
+    app = SimpleNamespace(onceflow_producer=object(), consumer=consumer,
+                          assignor=SimpleNamespace(assigned_actives=lambda: {route}),
+                          bulk_delivery=(frozenset({route.topic, backlog.topic}),))
+    options: Any = c.runtime.options
+    clock[0] = worker.last_record_at + options.idle_after + 1  # idle for long enough
+
+    await tick_idle_partitions(app, c.runtime, options)  # type: ignore[arg-type]
+    await c.pump()
+    assert worker.now == opened  # no tick: the join still waits for its backlog
+
+    await c.runtime.handle([Delivery("b", 0, 0, opened + 1000, None,
+                                     orjson.dumps({"uuid": "b-1", "activation": "x"}), [])])
+    consumer._read_offset[backlog] = 0  # the backlog is read: caught up
+    clock[0] += options.idle_after + 1
+    await tick_idle_partitions(app, c.runtime, options)  # type: ignore[arg-type]
+    await c.pump()
+    assert worker.now is not None and worker.now > opened + 3_000_000  # the wall clock
+    assert [(line["outcome"], line["identity"]) for line in c.journal()] == [
+        ("join-pending", "a-1"), ("processed", "a-1"), ("processed", "b-1")]
