@@ -113,14 +113,19 @@ class _IngressTask:
     def run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Rows sorted by (kind, block): summaries, wanted offsets, blocks, malformed lines."""
         loads = marshal.loads
-        summaries: list[tuple[int, float]] = []
+        summaries: list[tuple[int, Any]] = []
         block: int | None = None
         entries: list[tuple[int, float, Any]] = []
         for kinds, blocks, topics, partitions, datas in row_slices(batches, (0, 1, 2, 3, 4)):
             for kind, row_block, topic, partition, data in zip(
                     kinds, blocks, topics, partitions, datas, strict=True):
                 if kind == SUMMARY:
-                    summaries.append((row_block, loads(data)))
+                    summary = loads(data)
+                    if type(summary) is tuple:
+                        # A control line: one task of the trigger stage (the first
+                        # replica's) writes its journal record; every task applies it.
+                        summary = (*summary, self.slots.replicas[0])
+                    summaries.append((row_block, summary))
                     continue
                 if kind == WANTED:  # sorted before every RECORDS row of the task
                     self.offsets.want(topic, partition, loads(data))
@@ -189,7 +194,7 @@ class _IngressTask:
         file = self.files[rank] if rank < len(self.files) else "the archive"
         return f"{file} at position {pos & ((1 << RANK_SHIFT) - 1)}"
 
-    def _replicate(self, summaries: list[tuple[int, float]]) -> None:
+    def _replicate(self, summaries: list[tuple[int, Any]]) -> None:
         # Every task of the trigger stage needs every split's newest time.
         data = marshal.dumps(summaries)
         for vpart in self.slots.replicas:

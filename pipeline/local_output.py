@@ -25,6 +25,7 @@ from typing import IO, Any
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .rows import HELD, JOURNAL, JOURNAL_SCHEMA, JSON_COLUMN, ResultParts
@@ -87,14 +88,20 @@ class TaskFiles:
 
     def _journal(self, columns: list[list[Any]]) -> None:
         batch = ResultParts.to_batch(columns)
-        grouped = pa.Table.from_batches([batch]).group_by(["trigger", "outcome"]).aggregate(
-            [([], "count_all"), ("position", "min")])
-        for trigger, outcome, count, first in zip(
+        table = pa.Table.from_batches([batch])
+        grouped = table.group_by(["trigger", "outcome"]).aggregate([([], "count_all")])
+        for trigger, outcome, count in zip(
                 grouped.column("trigger").to_pylist(), grouped.column("outcome").to_pylist(),
-                grouped.column("count_all").to_pylist(),
-                grouped.column("position_min").to_pylist(), strict=True):
+                grouped.column("count_all").to_pylist(), strict=True):
+            self.counts[(trigger, outcome)] += count
+        # The first position of records about a document (an operator's command is about
+        # none: it is no suspension a second pass must cut at).
+        about = table.filter(pc.is_valid(table.column("identity")))
+        firsts = about.group_by(["trigger", "outcome"]).aggregate([("position", "min")])
+        for trigger, outcome, first in zip(
+                firsts.column("trigger").to_pylist(), firsts.column("outcome").to_pylist(),
+                firsts.column("position_min").to_pylist(), strict=True):
             key = (trigger, outcome)
-            self.counts[key] += count
             if first is not None and (key not in self.first or first < self.first[key]):
                 self.first[key] = first
         self._text(JOURNAL_LINES, "\n".join(columns[JSON_COLUMN]))

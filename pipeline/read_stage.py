@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from onceflow.envelope import record_time
 from onceflow.errors import ScenarioError
-from onceflow.scenario import InputOffsets, parse_record_line
+from onceflow.scenario import Control, InputOffsets, parse_control_line, parse_record_line
 
 from .archive import RANK_SHIFT, ArchiveError, normalize_path
 from .rows import MALFORMED, READ_SCHEMA, RECORDS, SUMMARY, WANTED, paused_gc
@@ -64,6 +64,15 @@ class _Blocks:
     def summary(self, first: int, newest: float) -> None:
         """A split's first position and newest record time."""
         self._row(SUMMARY, first, None, None, marshal.dumps(newest))
+
+    def control(self, pos: int, control: Control, newest: float) -> None:
+        """A control line (an operator's command) at its position.
+
+        With the split's newest record time up to it; every task of the trigger stage
+        gets it, as a summary.
+        """
+        self._row(SUMMARY, pos, None, None, marshal.dumps(
+            (control.ts, control.action, control.trigger, newest)))
 
     def batch(self) -> pa.RecordBatch | None:
         """The rows written so far, as one batch (None when there are none)."""
@@ -130,7 +139,17 @@ def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str | bytes
     looks wrong, so that a malformed line is named by its file and line.  Checks that need
     the partition's earlier lines (a redelivery may leave out its value) wait for ingress.
     """
-    if type(item) is dict:
+    if type(item) is dict and "control" in item:
+        try:
+            control = parse_control_line(item)
+        except ScenarioError as exc:
+            reason = str(exc)
+        else:
+            if control.ts > splits.high:  # a command moves time as a record does
+                splits.high = control.ts
+            out.control(pos, control, float(splits.high))
+            return
+    elif type(item) is dict:
         ts = item.get("ts")
         topic = item.get("topic")
         partition = item.get("partition")

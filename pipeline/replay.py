@@ -62,11 +62,16 @@ class ReplaySummary:
 
 
 def _suspensions(rows: pa.Table) -> dict[str, int]:
-    """The first position at which each trigger suspended, from journal rows."""
+    """The first position at which a run suspended each trigger, from journal rows.
+
+    A suspension by command (a control line, about no document) is not one: every task
+    applies those itself.
+    """
     first: dict[str, int] = {}
-    columns = rows.select(["dataset", "trigger", "outcome", "position"]).to_pylist()
+    columns = rows.select(["dataset", "trigger", "outcome", "identity", "position"]).to_pylist()
     for row in columns:
-        if row["dataset"] == JOURNAL and row["outcome"] == SUSPENDED:
+        if row["dataset"] == JOURNAL and row["outcome"] == SUSPENDED and \
+                row["identity"] is not None:
             name, pos = row["trigger"], row["position"]
             if name not in first or pos < first[name]:
                 first[name] = pos
@@ -276,11 +281,13 @@ def _replay_with_spark_writer(spark: Any, archive: Archive, plan: ReplayPlan, fi
         journal = spark.read.parquet(files.uri(f"{results}/dataset={JOURNAL}"))
         with progress.job("journal counts"):
             counts = (journal.groupBy("trigger", "outcome")
-                      .agg(F.count("*").alias("n"), F.min("position").alias("first"))
+                      .agg(F.count("*").alias("n"),
+                           F.min(F.when(F.col("identity").isNotNull(), F.col("position")))
+                           .alias("first"))
                       .collect())
         summary.counts = {(row["trigger"], row["outcome"]): row["n"] for row in counts}
         found = {row["trigger"]: row["first"] for row in counts
-                 if row["outcome"] == SUSPENDED}
+                 if row["outcome"] == SUSPENDED and row["first"] is not None}
         if _settled(plan, summary, found, attempt, calls):
             break
     summary.cutoffs = dict(plan.cutoffs)

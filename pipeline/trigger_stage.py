@@ -10,7 +10,11 @@ Groups of one trigger share nothing but two things, which this stage rebuilds ex
   and once at the end gives the same journal as expiring before every record.
 - **suspension**: a suspended trigger holds every later document of that trigger in file
   order.  A first pass finds the position where each trigger first suspends; when there
-  is one, the run is repeated with `cutoffs`, and documents after it are held here.
+  is one, the run is repeated with `cutoffs`, and every task suspends the trigger there.
+  Control lines (an operator's suspend or resume) reach every task with the summaries:
+  each task applies them at their positions (a resume decides its held documents again)
+  and one task, the first replica's, writes their journal records.  A run that suspends
+  its trigger again after a resume is seen by its own task only.
 
 One Engine serves all the groups of a task: their keys are disjoint, so its stores keep
 them apart exactly as separate engines would.
@@ -30,7 +34,7 @@ from onceflow.engine import Engine, load_callees
 from onceflow.envelope import Document
 from onceflow.journal import JournalRecord
 from onceflow.processor import Sink
-from onceflow.scenario import HistorySeed
+from onceflow.scenario import SUSPEND, HistorySeed
 from onceflow.triggers import TriggerSet
 
 from .call_record import CallBook, Record
@@ -38,7 +42,6 @@ from .local_output import write_results
 from .rows import SUMMARY, ResultBuilder, final_of, paused_gc, row_slices
 
 BATCH_ROWS = 10_000
-NO_CUTOFF = float("inf")
 
 
 class SplitTimes:
@@ -49,10 +52,17 @@ class SplitTimes:
         self.starts: list[int] = []
         self.before: list[float] = []  # newest time of all earlier splits
         self.end: float | None = None  # newest time of the whole input
+        # Control lines by position: (ts, action, trigger, newest time of its split up to
+        # it, the vpart of the task that journals it).
+        self.controls: dict[int, tuple[int, str, str, float, int]] = {}
 
-    def add(self, splits: list[tuple[int, float]]) -> None:
+    def add(self, splits: list[tuple[int, Any]]) -> None:
         """Merge split summaries (each task gets them once per replica)."""
-        self._splits.update(splits)
+        for start, summary in splits:
+            if type(summary) is tuple:
+                self.controls[start] = summary
+            else:
+                self._splits[start] = summary
         self.starts = sorted(self._splits)
         self.before = []
         newest = float("-inf")
@@ -60,6 +70,12 @@ class SplitTimes:
             self.before.append(newest)
             newest = max(newest, self._splits[start])
         self.end = newest if self._splits else None
+
+    def at(self, pos: int, newest_in_split: float) -> float:
+        """Partition time at a position, given the newest time of its split up to it."""
+        split = bisect_right(self.starts, pos) - 1
+        earlier = self.before[split] if split >= 0 else float("-inf")
+        return earlier if earlier > newest_in_split else newest_in_split
 
 
 class TriggerStage:
@@ -114,10 +130,11 @@ class TriggerStage:
         loads = marshal.loads
         block: int | None = None
         entries: list[tuple[int, int, float | None, Any]] = []
-        for kinds, blocks, datas in row_slices(batches, (0, 2, 3)):
-            for kind, row_block, data in zip(kinds, blocks, datas, strict=True):
+        for kinds, vparts, blocks, datas in row_slices(batches, (0, 1, 2, 3)):
+            for kind, vpart, row_block, data in zip(kinds, vparts, blocks, datas, strict=True):
                 if kind == SUMMARY:
                     task.times.add(loads(data))
+                    task.replica = vpart  # summaries come to the task's replica vpart
                     continue
                 if row_block != block:
                     if entries:
@@ -139,22 +156,79 @@ class _TriggerTask:
         self.engine = engine
         self.book = book
         self.names = names
-        self.cutoffs = [cutoffs.get(name, NO_CUTOFF) for name in names]
+        # The first position at which each trigger suspends (a pass before found it):
+        # the trigger is suspended here before anything after it; None once it is.
+        self.cutoffs: list[int | None] = [cutoffs.get(name) for name in names]
+        self.cuts = sum(cutoff is not None for cutoff in self.cutoffs)  # not applied yet
         self.times = SplitTimes()
+        self.replica: int | None = None
+        self.applied = 0  # how many control lines (in position order) are applied
+        self._control_order: list[int] | None = None
         self.held: list[tuple[str, Document]] = []
         self.out = ResultBuilder()
         self.sink = Sink()
+
+    def _before(self, pos: float) -> None:
+        """Apply the suspensions and control lines that come before a position."""
+        if self._control_order is None:
+            self._control_order = sorted(self.times.controls)
+        order = self._control_order
+        while self.applied < len(order) and order[self.applied] < pos:
+            at = order[self.applied]
+            self.applied += 1
+            self._cut_before(at)
+            self._control(at, *self.times.controls[at])
+        self._cut_before(pos)
+
+    def _cut_before(self, pos: float) -> None:
+        """Suspend each trigger whose first suspension (found by a pass before) is behind."""
+        if not self.cuts:
+            return
+        cutoffs, processors = self.cutoffs, self.engine.processors
+        for index, cutoff in enumerate(cutoffs):
+            if cutoff is not None and cutoff < pos:
+                cutoffs[index] = None
+                self.cuts -= 1
+                processor = processors[self.names[index]]
+                if not processor.suspended:  # its own run suspended it in this task
+                    self.engine.partition.suspend(processor, "suspended by a run")
+
+    def _control(self, pos: int, ts: int, action: str, trigger: str, newest: float,
+                 journals: int) -> None:
+        """An operator's suspend or resume, as replay applies it (Engine.command)."""
+        engine, sink = self.engine, self.sink
+        engine.partition.advance(round(self.times.at(pos, newest)), sink.journal)
+        processor = engine.processors.get(trigger)
+        if processor is None:
+            return  # replay refuses such a scenario; the pipeline goes on without it
+        if action == SUSPEND:
+            record = engine.partition.suspend_by_command(processor, "suspended by command")
+            held: list[Document] = []
+        else:
+            record, held = engine.partition.resume(processor, "resumed by command")
+        if record is not None and journals == self.replica:
+            record.position = pos
+            sink.journal.append(record)
+        for document in held:  # decided again, oldest first
+            if processor.suspended:
+                engine.partition.hold(processor, [document])
+            else:
+                self.book.position = document.position
+                engine.run_document(trigger, document, sink)
 
     def block(self, entries: list[tuple[int, int, float | None, Any]]) -> None:
         """Run one block's documents in position order (pieces merged by a stable sort)."""
         entries.sort(key=itemgetter(0))
         times = self.times
         starts, before = times.starts, times.before
-        engine, sink, names, cutoffs = self.engine, self.sink, self.names, self.cutoffs
+        engine, sink, names = self.engine, self.sink, self.names
         book = self.book
         expire_due, run_document = engine.expire_due, engine.run_document
         next_start, earlier = float("-inf"), float("-inf")
+        controls = self.times.controls
         for pos, index, w, fields in entries:
+            if self.cuts or controls:
+                self._before(pos)
             if index < 0:
                 item = final_of(fields)
                 if isinstance(item, JournalRecord):
@@ -170,15 +244,13 @@ class _TriggerTask:
             assert w is not None
             expire_due(earlier if earlier > w else w, sink)
             document = Document(*fields)
-            if pos > cutoffs[index]:
-                self.held.append((names[index], document))
-                continue
             book.position = pos
             run_document(names[index], document, sink)
         self._drain()
 
     def finish(self) -> Iterator[ResultBuilder]:
         """Expire what the end of the input expires; report held documents."""
+        self._before(float("inf"))
         if self.times.end is not None:
             self.engine.expire_due(self.times.end, self.sink)
         self._drain()
