@@ -22,8 +22,10 @@ from onceflow.agents.faust_app import OnceflowApp
 from onceflow.agents.health import liveness, readiness
 from onceflow.agents.metrics import Gauges, exposition, worker_registry
 from onceflow.durations import format_duration
+from onceflow.envelope import seconds
 from onceflow.errors import HistoryUnavailable, OnceflowError
 from onceflow.history import HistoryEntry, entry_key
+from onceflow.joins import current_state
 from onceflow.journal import ERROR, IN_DOUBT
 from onceflow.keys import key_prefix
 from onceflow.tables.outbox import Outbox
@@ -238,7 +240,10 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             forwarded = await forward(app, self, request, partition)
             if forwarded is not None:
                 return forwarded
-            state = durable_store(app, "joins", partition, key_prefix(trigger)).get(activation)
+            state = current_state(durable_store(app, "joins", partition,
+                                                key_prefix(trigger)).get(activation))
+            if isinstance(state, dict) and isinstance(state.get("deadline"), int):
+                state = {**state, "deadline": seconds(state["deadline"])}  # shown in seconds
             return self.json({"trigger": trigger, "activation": activation, "open": state,
                               "partition": partition, "worker": str(app.conf.canonical_url)})
 
