@@ -242,7 +242,8 @@ class _TriggerTask:
                 earlier = before[split] if split >= 0 else float("-inf")
                 next_start = starts[split + 1] if split + 1 < len(starts) else float("inf")
             assert w is not None
-            expire_due(earlier if earlier > w else w, sink)
+            # Times travel as floats (whole ms, exact); the core takes them as ints.
+            expire_due(int(earlier if earlier > w else w), sink)
             document = Document(*fields)
             book.position = pos
             run_document(names[index], document, sink)
@@ -252,7 +253,7 @@ class _TriggerTask:
         """Expire what the end of the input expires; report held documents."""
         self._before(float("inf"))
         if self.times.end is not None:
-            self.engine.expire_due(self.times.end, self.sink)
+            self.engine.expire_due(int(self.times.end), self.sink)
         self._drain()
         for name, documents in self.engine.held.items():
             self.held.extend((name, document) for document in documents)
