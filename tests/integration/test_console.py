@@ -70,8 +70,7 @@ def console(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
     prefix = f"t{uuid.uuid4().hex[:10]}."
     env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
            "ONCEFLOW_PARTITIONS": "2", "ONCEFLOW_DATA_DIR": str(folder / "data"),
-           "ONCEFLOW_WEB_PORT": str(free_port()), "ONCEFLOW_SESSION_TIMEOUT": "2",
-           "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3", "ONCEFLOW_MAX_RETRY_WAIT": "0",
+           "ONCEFLOW_WEB_PORT": str(free_port()),
            "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT", "ONCEFLOW_ADMIN_TOKEN": TOKEN}
     worker = WorkerProcess(triggers, env, folder / "worker.log").start()
     try:

@@ -46,15 +46,15 @@ def test_metrics_count_documents_not_ticks_and_parse(
     triggers = trigger_file(tmp_path)
     prefix = new_prefix()
     names = wire.Names(prefix)
-    # Idle partitions get clock ticks through the route topic (idle after 0.2 s).
-    worker = start_worker(triggers, prefix, partitions=2, tick_interval=0.1, idle_after=0.2)
+    # Idle partitions get clock ticks through the route topic (idle after 2 s, the default).
+    worker = start_worker(triggers, prefix, partitions=2)
     sent = [("order", orjson.dumps({"uuid": f"o-{i}"}), f"o-{i}", {}, None) for i in range(5)]
     sent += [("left", orjson.dumps({"uuid": "l-1", "activation": "a"}), "a", {}, None),
              ("order", b"{not json", "bad", {}, None),
              ("order", orjson.dumps({"uuid": "o-0"}), "o-0", {}, None)]
     publish(broker.bootstrap, names, sent)
     wait_journal(broker.bootstrap, names, lambda ls: len(ls) >= len(sent), worker)
-    time.sleep(2.0)  # idle: the ticks run
+    time.sleep(4.0)  # idle: the ticks run (a tick a second once idle for two)
 
     answer = httpx.get(worker.web_url + "/metrics", timeout=10)
     assert answer.status_code == 200
