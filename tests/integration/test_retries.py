@@ -7,6 +7,7 @@ failed attempt, then `processed`, as `onceflow replay` says for the same input.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,10 @@ import pytest
 from cli_runner import onceflow
 from onceflow.agents.wire import Names
 from onceflow.app.broker import EmbeddedBroker
+from onceflow.app.process import http_json
 from onceflow.journal import TERMINAL
 
-from .support import outcomes, publish, records, wait_journal
+from .support import journal, outcomes, publish, records, wait_journal
 
 pytestmark = pytest.mark.integration
 
@@ -138,3 +140,35 @@ def test_resubmitted_documents_run_again_also_through_a_suspension(
                                                      names.topic("billing.error"))]
     assert sorted(e["identity"] for e in errors) == ["inv-8", "inv-8", "inv-9", "inv-9"]
     assert "please report it" not in worker.log_path.read_text()
+
+
+def test_a_plain_service_that_blocks_leaves_the_worker_answering(
+        broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
+    """A `def` service sleeping 6 s: the worker's web views answer meanwhile (its event
+    loop, which also heartbeats the group, is free) and the document is processed once."""
+    triggers = tmp_path / "triggers.toml"
+    triggers.write_text(BILLING)
+    (tmp_path / "slow_services.py").write_text(SERVICES)
+    prefix = new_prefix()
+    names = Names(prefix)
+    worker = start_worker(triggers, prefix, partitions=2)
+    publish(broker.bootstrap, names, [
+        ("slow", orjson.dumps({"uuid": "slow-2", "body": {"sleep": 6}}), "slow-2", {}, None)])
+    answered = []
+    deadline = time.monotonic() + 30
+    while not journal_outcomes(broker, names, "slow-2") and time.monotonic() < deadline:
+        started = time.monotonic()
+        status, _ = http_json(worker.web_url + "/livez", timeout=10)
+        answered.append((status, time.monotonic() - started))
+        time.sleep(0.5)
+    lines = wait_journal(broker.bootstrap, names,
+                         lambda ls: bool(outcomes(ls, "slow-2")), worker)
+    assert outcomes(lines, "slow-2") == ["processed"]
+    assert len(answered) >= 6, answered  # the service ran for most of the loop above
+    # Answered while the service slept (not after it, ~6 s later).
+    assert all(status == 200 and seconds < 2 for status, seconds in answered), answered
+
+
+def journal_outcomes(broker: EmbeddedBroker, names: Names, identity: str) -> list[str]:
+    """The outcomes of one identity so far."""
+    return outcomes(journal(broker.bootstrap, names), identity)
