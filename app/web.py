@@ -19,7 +19,7 @@ import orjson
 from faust.web import Request, Response, View
 from onceflow.agents import wire
 from onceflow.agents.faust_app import OnceflowApp
-from onceflow.agents.health import liveness, readiness
+from onceflow.agents.health import liveness, readiness, serving
 from onceflow.agents.metrics import Gauges, exposition, worker_registry
 from onceflow.durations import format_duration
 from onceflow.errors import HistoryUnavailable, OnceflowError
@@ -170,6 +170,11 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
     @app.page("/readyz")
     async def readyz(web: Any, request: Request) -> Response:
         ok, body = readiness(app, app.health)
+        return web.json(body, status=200 if ok else 503)
+
+    @app.page("/servingz")
+    async def servingz(web: Any, request: Request) -> Response:
+        ok, body = serving(app, app.health)
         return web.json(body, status=200 if ok else 503)
 
     @app.page("/livez")
