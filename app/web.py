@@ -306,7 +306,9 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
                     0, end - (monitor.tp_committed_offsets.get(tp) or 0))
         return Gauges(open_joins={n: f["open_joins"] for n, f in facts.items()},
                       history_entries={n: f["history_entries"] for n, f in facts.items()},
-                      lag=lag, suspended={n: f["suspended"] for n, f in facts.items()})
+                      lag=lag, suspended={n: f["suspended"] for n, f in facts.items()},
+                      held={n: f["held"] for n, f in facts.items()},
+                      ready=readiness(app, app.health)[0])
 
     registry = worker_registry(runtime.metrics, gauges)
 

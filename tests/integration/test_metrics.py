@@ -1,8 +1,8 @@
 """/metrics of a real worker, read with prometheus_client's own parsers.
 
 Documents are counted once (clock ticks are not documents), ingress outcomes carry their
-input topic, lag follows the naming conventions, and the OpenMetrics form is served when
-Prometheus asks for it.
+input topic, a publisher's bad input is not the worker's internal failure, lag follows the
+naming conventions, and the OpenMetrics form is served when Prometheus asks for it.
 """
 
 from __future__ import annotations
@@ -72,6 +72,12 @@ def test_metrics_count_documents_not_ticks_and_parse(
                  outcome="join-pending") == 1
     assert value(found, "onceflow_ingress_records_total", topic="order",
                  outcome="bad-input") == 1
+    # The bad line was the publisher's, not the worker's failure.
+    assert value(found, "onceflow_internal_failures_total") == 0
+    assert value(found, "onceflow_held_documents", trigger="orders") == 0
+    assert value(found, "onceflow_worker_ready") == 1
+    (last,) = found["onceflow_last_processed_timestamp_seconds"]
+    assert last[0] == {"trigger": "orders"} and 0 < time.time() - last[1] < 120, last
     assert all(labels.get("trigger") for name, series in found.items()
                for labels, _ in series if "trigger" in labels), "an empty trigger label"
     assert value(found, "onceflow_open_joins", trigger="pairs") == 1
