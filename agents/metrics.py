@@ -114,6 +114,9 @@ class Gauges:
     held: dict[str, int] = field(default_factory=dict)
     # Whether the worker is processing its partitions (/readyz); None: not known.
     ready: bool | None = None
+    # The topics whose records reach each trigger (real names): its input topics and the
+    # repartition topic, to relate lag to triggers in queries.
+    inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class WorkerCollector(Collector):
@@ -210,6 +213,14 @@ class WorkerCollector(Collector):
         for (topic, partition), value in sorted(gauges.lag.items()):
             lag.add_metric([topic, str(partition)], value)
         yield lag
+        inputs = GaugeMetricFamily(
+            "onceflow_trigger_input_info", "Always 1: a topic whose records reach the "
+            "trigger (its input topics and the repartition topic), to join lag to triggers.",
+            labels=["trigger", "topic"])
+        for trigger, topics in sorted(gauges.inputs.items()):
+            for topic in topics:
+                inputs.add_metric([trigger, topic], 1)
+        yield inputs
         if gauges.ready is not None:
             ready = GaugeMetricFamily(
                 "onceflow_worker_ready", "1 while the worker processes its partitions "

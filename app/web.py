@@ -295,6 +295,10 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             return self.json({"trigger": name, "outcome": outcome, "resubmitted": done,
                               "skipped": skipped}, status=202)
 
+    inputs = {trigger.name: tuple(dict.fromkeys(
+        [*(runtime.names.topic(topic) for topic in trigger.topics), runtime.names.route]))
+        for trigger in runtime.triggers.triggers}
+
     def gauges() -> Gauges:
         facts = runtime.snapshot()
         lag = {}
@@ -308,7 +312,7 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
                       history_entries={n: f["history_entries"] for n, f in facts.items()},
                       lag=lag, suspended={n: f["suspended"] for n, f in facts.items()},
                       held={n: f["held"] for n, f in facts.items()},
-                      ready=readiness(app, app.health)[0])
+                      ready=readiness(app, app.health)[0], inputs=inputs)
 
     registry = worker_registry(runtime.metrics, gauges)
 

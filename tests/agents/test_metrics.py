@@ -77,3 +77,13 @@ def test_held_documents_and_readiness_are_gauges() -> None:
     assert found[("onceflow_worker_ready", ())] == 1
     # Not known (a registry without a worker behind it): no series rather than a guess.
     assert ("onceflow_worker_ready", ()) not in scrape(Metrics(), NO_GAUGES)
+
+
+def test_each_trigger_names_the_topics_whose_lag_is_its_own() -> None:
+    gauges = Gauges({}, {}, {}, {}, inputs={"bill": ("p.inv", "p.onceflow.route"),
+                                            "ship": ("p.order", "p.onceflow.route")})
+    found = scrape(Metrics(), gauges)
+    info = {dict(labels)["topic"] + " " + dict(labels)["trigger"]
+            for name, labels in found if name == "onceflow_trigger_input_info"}
+    assert info == {"p.inv bill", "p.onceflow.route bill", "p.order ship",
+                    "p.onceflow.route ship"}

@@ -76,6 +76,10 @@ def test_metrics_count_documents_not_ticks_and_parse(
     assert value(found, "onceflow_internal_failures_total") == 0
     assert value(found, "onceflow_held_documents", trigger="orders") == 0
     assert value(found, "onceflow_worker_ready") == 1
+    inputs = {(labels["trigger"], labels["topic"]) for labels, _ in
+              found["onceflow_trigger_input_info"]}
+    assert ("orders", names.topic("order")) in inputs
+    assert ("orders", names.route) in inputs
     (last,) = found["onceflow_last_processed_timestamp_seconds"]
     assert last[0] == {"trigger": "orders"} and 0 < time.time() - last[1] < 120, last
     assert all(labels.get("trigger") for name, series in found.items()
