@@ -161,6 +161,7 @@ def test_an_overlay_sets_the_image_and_adds_the_operator_component(tmp_path: Pat
     pod = rendered[("StatefulSet", "onceflow")]["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == "registry.test/team/onceflow:9.9.9"
     assert ("ServiceMonitor", "onceflow") in rendered
+    assert ("PrometheusRule", "onceflow") in rendered
     base = {(doc["kind"], doc["metadata"]["name"]) for doc in kubectl_kustomize(K8S)}
     assert not any(kind.startswith(("ServiceMonitor", "PrometheusRule")) for kind, _ in base)
 
