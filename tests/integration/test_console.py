@@ -189,6 +189,7 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     until(lambda: "act-1" in text("joins"), "the open join")
     assert "left: l-1" in text("joins")
     assert "(in 9m " in text("joins") or "(in 10m)" in text("joins")  # not "(in 600)"
+    assert " UTC (in " in text("joins") and "expires (UTC)" in text("joins")
     workers = text("workers")
     assert "this worker" in workers and "ready" in workers and names.route in workers
     assert "lag" in workers
@@ -196,6 +197,7 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     # The live journal shows the documents sent, ids with markup as plain text.
     until(lambda: all(f"o-{i}" in text("journal") for i in range(3)), "the sent orders")
     until(lambda: HOSTILE in text("journal"), "the <img> identity as text in the journal")
+    assert "time (UTC)" in text("journal") and " UTC" in text("journal").split("\n")[1]
     assert SCRIPT in text("journal") and SCRIPT in text("joins")
     assert browser.title == "onceflow console"  # no identity's markup ran
     assert not browser.find_elements(By.CSS_SELECTOR, "#journal img, #joins script")
@@ -261,9 +263,28 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
                                                 '#docs tr[data-identity="bad-1"]'),
                    "the error document")
     shot("5-errors")
+    assert " UTC" in failed.text  # the record time says its zone
+    confirm = browser.find_element(By.ID, "docs-confirm")
+    assert not confirm.is_displayed()
+    # The page asks first; cancelled, nothing is sent.
     failed.find_element(By.CSS_SELECTOR, "button.resubmit").click()
+    until(lambda: confirm.is_displayed(), "the resubmit confirmation")
+    assert "Resubmit 1 error document(s) of orders (bad-1)?" in text("docs-confirm-text")
+    shot("5a-confirm")
+    browser.find_element(By.ID, "docs-confirm-no").click()
+    until(lambda: "nothing was sent" in text("docs-result"), "the cancelled resubmit")
+    assert not confirm.is_displayed()
+    assert outcomes(journal(console.bootstrap, names), "bad-1", "orders").count("error") == 1
+    # Confirmed: the answer is shown beside the documents, and the row says so.
+    failed.find_element(By.CSS_SELECTOR, "button.resubmit").click()
+    until(lambda: confirm.is_displayed(), "the resubmit confirmation")
+    browser.find_element(By.ID, "docs-confirm-yes").click()
     until(lambda: "Resubmitted 1 error document(s) of orders" in text("status"),
           "the resubmit answer")
+    until(lambda: "Resubmitted 1 error document(s) of orders: bad-1 (" in text("docs-result"),
+          "the resubmit result beside the documents")
+    assert "resubmitted" in browser.find_element(
+        By.CSS_SELECTOR, '#docs tr[data-identity="bad-1"]').text
     wait_journal(console.bootstrap, names,
                  lambda ls: outcomes(ls, "bad-1", "orders").count("error") == 2,
                  console.worker)
