@@ -20,15 +20,17 @@ their journal records dropped) and held with it, as a replay would have held the
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from onceflow.calls import CallContext
 from onceflow.envelope import Document
 from onceflow.history import history_key
 from onceflow.processor import Run, Sink, TriggerProcessor
-from onceflow.running import SUSPEND, ServiceResult, run_service_async
+from onceflow.running import OK, SUSPEND, ServiceResult, run_service_async
 from onceflow.tables.state import UndoLog
 from onceflow.triggers import ON_FAILURE_SUSPEND
 
@@ -113,25 +115,45 @@ class SubBatch:
         self.suspending_runs = 0
 
 
+Offload = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
 async def run_services(
     takes: list[Take],
     slots: asyncio.Semaphore,
     sleep: Callable[[float], Awaitable[None]],
     observe: Callable[[str, float], None],
+    offload: Offload,
 ) -> None:
     """Run every take's service concurrently; chains for triggers that may suspend.
 
-    `observe(trigger, seconds)` is told how long each service call took.
+    Every run is an asyncio task, owned by the event loop.  A plain (`def`) service never
+    runs on the event loop, which must go on heartbeating and answering the web views
+    while it works: `offload(function)` runs a function in a thread and awaits it.  The
+    first attempts of a sub-batch's plain services go out together, one after another in
+    one thread (one hand-over for the lot, not one a document); a run that must wait
+    before a retry goes on as a task of its own.  `observe(trigger, seconds)` is told how
+    long each service call took.
     """
-    async def run_one(take: Take) -> None:
+    async def attempt_in_thread(take: Take, payload: Any, context: CallContext) -> Any:
+        service = take.processor.service
+        return await offload(lambda: service.call(payload, context))
+
+    async def run_one(take: Take, first_failure: Exception | None = None,
+                      started: float | None = None) -> None:
         run = take.run
         assert run is not None
-        trigger = take.processor.trigger
+        processor = take.processor
+        trigger = processor.trigger
+        attempt: Callable[[Any, CallContext], Awaitable[Any]] | None = None
+        if not processor.service.is_async:
+            attempt = functools.partial(attempt_in_thread, take)
         async with slots:
-            started = time.monotonic()
+            if started is None:
+                started = time.monotonic()
             take.result = await run_service_async(
-                trigger, take.processor.service, run.payload, run.context(trigger.name),
-                sleep=sleep)
+                trigger, processor.service, run.payload, run.context(trigger.name),
+                sleep=sleep, attempt=attempt, first_failure=first_failure)
             observe(trigger.name, time.monotonic() - started)
 
     async def run_chain(chain: list[Take]) -> None:
@@ -141,66 +163,57 @@ async def run_services(
             if take.result.outcome == SUSPEND:
                 return
 
-    async def finish_later(take: Take, coroutine: Any, waiting: Any, started: float) -> None:
-        take.result = await resume(coroutine, waiting)
-        observe(take.processor.trigger.name, time.monotonic() - started)
-
     singles: list[Take] = []
+    plain: list[Take] = []
     chains: dict[str, list[Take]] = {}
-    later: list[Any] = []
     for take in takes:
-        run = take.run
-        if run is None or take.rolled_back:
+        if take.run is None or take.rolled_back:
             continue
         if take.undo is not None:
             chains.setdefault(take.processor.trigger.name, []).append(take)
         elif take.processor.service.is_async:
             singles.append(take)
         else:
-            # A plain function runs right here, with no task: most runs end in their first
-            # attempt; one that must wait before a retry goes on as a task from there.
-            trigger = take.processor.trigger
-            started = time.monotonic()
-            coroutine = run_service_async(trigger, take.processor.service, run.payload,
-                                          run.context(trigger.name), sleep=sleep)
-            done, value = start(coroutine)
-            if done:
-                take.result = value
-                observe(trigger.name, time.monotonic() - started)
+            plain.append(take)
+    async def run_plain(group: list[Take]) -> None:
+        async with slots:
+            firsts = await offload(lambda: first_attempts(group))
+        later = []
+        for take, (value, failure, started, seconds) in zip(group, firsts, strict=True):
+            if failure is None:
+                take.result = ServiceResult(OK, value, 1)
+                observe(take.processor.trigger.name, seconds)
             else:
-                later.append(finish_later(take, coroutine, value, started))
-    if singles or chains or later:
-        await asyncio.gather(*(run_one(t) for t in singles), *later,
+                later.append(run_one(take, failure, started))
+        if later:
+            await asyncio.gather(*later)
+
+    if plain and not singles and not chains:
+        await run_plain(plain)
+    elif singles or chains or plain:
+        await asyncio.gather(*(run_one(t) for t in singles),
+                             *([run_plain(plain)] if plain else []),
                              *(run_chain(chain) for chain in chains.values()))
 
 
-def start(coroutine: Any) -> tuple[bool, Any]:
-    """Run a coroutine until it first waits: (True, its result) or (False, what it awaits)."""
-    try:
-        waiting = coroutine.send(None)
-    except StopIteration as stop:
-        return True, stop.value
-    return False, waiting
+def first_attempts(takes: list[Take]) -> list[tuple[Any, Exception | None, float, float]]:
+    """Attempt 1 of each take's plain service, one after another (in a worker thread).
 
-
-async def resume(coroutine: Any, waiting: Any) -> Any:
-    """Go on running a coroutine that `start` left waiting, inside the current task."""
-    while True:
+    For each: (its value, the exception it raised or None, when it started, seconds).
+    """
+    out: list[tuple[Any, Exception | None, float, float]] = []
+    for take in takes:
+        run = take.run
+        assert run is not None
+        started = time.monotonic()
         try:
-            if waiting is None:
-                await asyncio.sleep(0)  # a bare yield: give the loop one turn
-            else:
-                await waiting
-        except BaseException as exc:  # handed to the coroutine, as a task would
-            try:
-                waiting = coroutine.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-            continue
-        try:
-            waiting = coroutine.send(None)
-        except StopIteration as stop:
-            return stop.value
+            value = take.processor.service.call(run.payload,
+                                                run.context(take.processor.trigger.name))
+        except Exception as exc:  # noqa: BLE001 - the retry policy decides what follows
+            out.append((None, exc, started, time.monotonic() - started))
+        else:
+            out.append((value, None, started, time.monotonic() - started))
+    return out
 
 
 def decide_waiting(takes: list[Take], hold: Callable[[Take, list[Document]], None]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from onceflow.calls import Callee
 from onceflow.tables.outbox import Sender
@@ -27,7 +29,6 @@ class WorkerOptions:
     partitions: int = 4
     prefix: str = ""
     service_concurrency: int = 64
-    max_retry_wait: float | None = None
     tick_interval: float = 1.0
     idle_ticks: bool = True
     idle_after: float = 2.0
@@ -79,7 +80,13 @@ class Shared:
         *,
         monotonic: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """Share what a worker's partitions share.
+
+        `sleep` waits between service attempts: real time in a worker; a harness that runs
+        a worker's partitions on simulated time (tests/agents) hands in its own.
+        """
         self.triggers = triggers
         self.callees = callees
         self.options = options
@@ -93,6 +100,9 @@ class Shared:
         self.wall_clock = wall_clock  # what partition time may not run far ahead of
         self.metrics = Metrics()
         self._slots: asyncio.Semaphore | None = None
+        self.retry_sleep = sleep
+        # Plain (`def`) services run here, never on the event loop (see batch.py).
+        self._service_threads: ThreadPoolExecutor | None = None
         # The oldest record time this worker may still be handed again (see sweep_horizon).
         self.horizon: Callable[[], float | None] = lambda: None
 
@@ -103,10 +113,17 @@ class Shared:
             self._slots = asyncio.Semaphore(self.options.service_concurrency)
         return self._slots
 
-    async def retry_sleep(self, seconds: float) -> None:
-        """Wait between service attempts (capped by max_retry_wait, for test runs)."""
-        cap = self.options.max_retry_wait
-        await asyncio.sleep(seconds if cap is None else min(seconds, cap))
+    async def offload(self, function: Callable[[], Any]) -> Any:
+        """Run a plain function in a service thread and wait for it (the loop goes on).
+
+        Up to service_concurrency threads, made as needed: partitions settle side by side.
+        """
+        if self._service_threads is None:
+            self._service_threads = ThreadPoolExecutor(
+                max_workers=self.options.service_concurrency,
+                thread_name_prefix="onceflow-service")
+        return await asyncio.get_running_loop().run_in_executor(self._service_threads,
+                                                                 function)
 
     def sweep_horizon(self) -> float | None:
         """History sweeps judge entries on no later time than this (None: partition time).

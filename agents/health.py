@@ -1,10 +1,16 @@
-"""The worker's probes: alive (/livez) and processing its partitions (/readyz, /ready).
+"""The worker's probes: alive (/livez), serving its views (/servingz), processing (/readyz).
 
 Ready means processing: the worker has joined the group, no rebalance is under way, its
 tables are recovered, none of its partitions is paused, and the fetch loop has come round
 since the last rebalance ended (so records are being taken again).  A worker the group
 gives no partition (more workers than partitions) is ready: there is nothing for it to
 process, and it answers the web views.
+
+Serving means the worker has started: it joined the group and recovered the tables of its
+first assignment, so its web views (the console, /triggers, history lookups forwarded to
+the owners) answer with data.  It stays true through later rebalances, which is what a
+load balancer in front of the web views needs: readiness drops every worker at once while
+partitions move, exactly when an operator looks.
 
 Alive means the event loop runs (a heartbeat task came round within LOOP_STALE seconds)
 and the consumer is not stuck: outside a rebalance and when it has no chunk in hand, its
@@ -119,6 +125,16 @@ def liveness(app: Any, health: Health) -> tuple[bool, dict[str, Any]]:
         problems.append("the consumer thread has stopped")
     return not problems, {"alive": not problems, "problems": problems,
                           "loop_heartbeat_age": round(beat_age, 3)}
+
+
+def serving(app: Any, health: Health) -> tuple[bool, dict[str, Any]]:
+    """(serving, why not): the worker has started and its web views answer."""
+    started = health.rebalance_ended_at is not None
+    body: dict[str, Any] = {"serving": started, "reasons": [] if started else [
+        "the worker has not joined the group and recovered its tables yet"]}
+    if started:
+        body["processing"] = not app.rebalancing and not getattr(app, "in_recovery", False)
+    return started, body
 
 
 def readiness(app: Any, health: Health) -> tuple[bool, dict[str, Any]]:

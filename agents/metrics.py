@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import bisect
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from onceflow import __version__
-from onceflow.journal import JournalRecord
+from onceflow.journal import PROCESSED, JournalRecord
 from prometheus_client import CollectorRegistry, Info, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -45,7 +46,8 @@ class Histogram:
 class Metrics:
     """Counters of one worker since it started."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
         self.outcomes: Counter[tuple[str, str]] = Counter()
         self.ingress: Counter[tuple[str, str]] = Counter()
         # The newest journal records this worker wrote (the console's live tail).
@@ -56,17 +58,36 @@ class Metrics:
         # Gaps in the offsets of a fetch of onceflow's topics (transport.py), by topic and
         # what was done: "read-again" (a fetch made again) or "taken" (committed past).
         self.fetch_gaps: Counter[tuple[str, str]] = Counter()
+        # Records the worker itself failed on (kept on the dead-letter topic), by topic:
+        # never a publisher's bad input, so counted apart from `ingress`.
+        self.internal_failures: Counter[str] = Counter()
+        # (topic, partition, offset) of the records being rejected right now: their
+        # journal record is an internal failure, not ingress.
+        self.rejecting: set[tuple[str, int, int]] = set()
+        # Unix seconds when this worker last journaled `processed`, by trigger.
+        self.last_processed: dict[str, float] = {}
 
     def count_journal(self, records: Sequence[JournalRecord]) -> None:
         """Count journal records by trigger and outcome (ingress ones by topic)."""
         outcomes = self.outcomes
         ingress = self.ingress
         self.recent.extend(records)
+        processed: set[str] = set()
         for record in records:
             if record.trigger is None:
-                ingress[(record.topic or "", record.outcome)] += 1
+                if self.rejecting and (record.topic, record.partition,
+                                       record.offset) in self.rejecting:
+                    self.internal_failures[record.topic or ""] += 1
+                else:
+                    ingress[(record.topic or "", record.outcome)] += 1
             else:
                 outcomes[(record.trigger, record.outcome)] += 1
+                if record.outcome == PROCESSED:
+                    processed.add(record.trigger)
+        if processed:
+            now = self._clock()
+            for trigger in processed:
+                self.last_processed[trigger] = now
 
     def observe_service(self, trigger: str, seconds: float) -> None:
         """Count one service run."""
@@ -89,6 +110,13 @@ class Gauges:
     history_entries: dict[str, int]
     lag: dict[tuple[str, int], int]
     suspended: dict[str, bool]
+    # Documents held by suspended triggers, by trigger.
+    held: dict[str, int] = field(default_factory=dict)
+    # Whether the worker is processing its partitions (/readyz); None: not known.
+    ready: bool | None = None
+    # The topics whose records reach each trigger (real names): its input topics and the
+    # repartition topic, to relate lag to triggers in queries.
+    inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class WorkerCollector(Collector):
@@ -150,6 +178,20 @@ class WorkerCollector(Collector):
         for (topic, action), n in sorted(metrics.fetch_gaps.items()):
             gaps.add_metric([topic, action], n)
         yield gaps
+        failures = CounterMetricFamily(
+            "onceflow_internal_failures", "Records this worker failed on itself (not a "
+            "publisher's bad input): journaled bad-input with the failure as the reason "
+            "and kept on the dead-letter topic, by topic.", labels=["topic"])
+        for topic, n in sorted(metrics.internal_failures.items()):
+            failures.add_metric([topic], n)
+        yield failures
+        last = GaugeMetricFamily(
+            "onceflow_last_processed_timestamp_seconds", "Unix time when this worker last "
+            "journaled a processed document of the trigger (absent: none since it "
+            "started).", labels=["trigger"])
+        for trigger, when in sorted(metrics.last_processed.items()):
+            last.add_metric([trigger], when)
+        yield last
         gauges = self._read()
         for name, help_text, values in (
                 ("onceflow_open_joins", "Open joins on this worker's partitions.",
@@ -157,7 +199,9 @@ class WorkerCollector(Collector):
                 ("onceflow_history_entries", "History entries on this worker's partitions.",
                  gauges.history_entries),
                 ("onceflow_trigger_suspended", "1 when the trigger is suspended.",
-                 {n: int(flag) for n, flag in gauges.suspended.items()})):
+                 {n: int(flag) for n, flag in gauges.suspended.items()}),
+                ("onceflow_held_documents", "Documents held by the suspended trigger on "
+                 "this worker's partitions (decided when it resumes).", gauges.held)):
             family = GaugeMetricFamily(name, help_text, labels=["trigger"])
             for trigger, value in sorted(values.items()):
                 family.add_metric([trigger], value)
@@ -169,6 +213,21 @@ class WorkerCollector(Collector):
         for (topic, partition), value in sorted(gauges.lag.items()):
             lag.add_metric([topic, str(partition)], value)
         yield lag
+        inputs = GaugeMetricFamily(
+            "onceflow_trigger_input_info", "Always 1: a topic whose records reach the "
+            "trigger (its input topics and the repartition topic), to join lag to triggers.",
+            labels=["trigger", "topic"])
+        for trigger, topics in sorted(gauges.inputs.items()):
+            for topic in topics:
+                inputs.add_metric([trigger, topic], 1)
+        yield inputs
+        if gauges.ready is not None:
+            ready = GaugeMetricFamily(
+                "onceflow_worker_ready", "1 while the worker processes its partitions "
+                "(/readyz answers 200), 0 otherwise (a rebalance, a recovery, a stuck "
+                "consumer).")
+            ready.add_metric([], int(gauges.ready))
+            yield ready
 
 
 def worker_registry(metrics: Metrics, read: Callable[[], Gauges]) -> CollectorRegistry:

@@ -586,7 +586,8 @@ class PartitionWorker(ControlMixin):
         """
         rt = self.rt
         await flush_state(rt.sender, self.before_runs)
-        await run_services(batch.takes, rt.slots, rt.retry_sleep, rt.metrics.observe_service)
+        await run_services(batch.takes, rt.slots, rt.retry_sleep, rt.metrics.observe_service,
+                           rt.offload)
         complete_runs(batch, self._hold_suspended)
         await deliver_replies(rt, [t for t in batch.takes if not t.rolled_back])
 

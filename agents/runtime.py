@@ -75,7 +75,14 @@ class Runtime(Shared):
             try:
                 await self._built(partition, delivery).process([delivery])
             except RecordFault as fault:
-                await self._built(partition, delivery).reject(delivery, fault)
+                # Its journal record counts as the worker's failure, not as bad input.
+                where = (self.names.logical(delivery.topic), delivery.partition,
+                         delivery.offset)
+                self.metrics.rejecting.add(where)
+                try:
+                    await self._built(partition, delivery).reject(delivery, fault)
+                finally:
+                    self.metrics.rejecting.discard(where)
 
     def _built(self, partition: int, delivery: Delivery) -> PartitionWorker:
         """The partition's worker; state it cannot be built from stops the worker, saying so."""

@@ -45,13 +45,15 @@ BASE_TIME = 1_700_000_000  # seconds; record timestamps are BASE_TIME + ts
 
 def live_env(bootstrap: str, prefix: str, partitions: int, data_dir: Path,
              extra_topics: Iterable[str] = (), *, embedded: bool = True) -> dict[str, str]:
-    """Worker settings for a run driven from outside: no wall clock, no sweeps.
+    """Worker settings for a run driven from outside: the product's defaults, but no idle ticks.
 
-    `embedded`: the broker is the embedded one (tansu), on which a worker's first group join
-    takes half the session timeout, so the worker runs with a 2 s session.  On any other
-    broker the worker keeps its own session settings (ONCEFLOW_SESSION_TIMEOUT and
-    ONCEFLOW_HEARTBEAT_INTERVAL from the environment, else their defaults): Apache Kafka
-    refuses a session shorter than its group.min.session.timeout.ms (6 s by default).
+    A scenario's time is its records' time (BASE_TIME + ts, in the past): a worker whose
+    idle partitions moved to the wall clock would expire every open join that replay keeps
+    open at the end of the input.  Every other setting is the worker's default (retries
+    wait out their retry_interval; the group session is the default one), or what the run
+    itself needs: where the broker is, the prefix, partitions, data dir and web port, the
+    topics the scenario writes that no trigger reads, and plaintext on the embedded broker
+    (`embedded`), which is open.
     """
     env = {
         "ONCEFLOW_BROKER_URL": f"kafka://{bootstrap}",
@@ -60,13 +62,9 @@ def live_env(bootstrap: str, prefix: str, partitions: int, data_dir: Path,
         "ONCEFLOW_DATA_DIR": str(data_dir),
         "ONCEFLOW_WEB_PORT": str(free_port()),
         "ONCEFLOW_IDLE_TICKS": "false",
-        "ONCEFLOW_HISTORY_SWEEPS": "false",
-        "ONCEFLOW_MAX_RETRY_WAIT": "0",
         "ONCEFLOW_EXTRA_TOPICS": ",".join(sorted(set(extra_topics))),
     }
     if embedded:
-        env["ONCEFLOW_SESSION_TIMEOUT"] = "2"
-        env["ONCEFLOW_HEARTBEAT_INTERVAL"] = "0.3"
         env["ONCEFLOW_SECURITY_PROTOCOL"] = "PLAINTEXT"  # the embedded broker is open
     return env
 

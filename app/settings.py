@@ -61,8 +61,6 @@ class WorkerSettings(BaseSettings):
         description="most records of a batch decided and made durable together; a "
         "rebalance waits for the chunk in hand (larger: fewer broker round trips)")
     service_concurrency: int = Field(64, ge=1, description="services running at once")
-    max_retry_wait: float | None = Field(
-        None, ge=0, description="cap on the wait between attempts (test runs)")
     tick_interval: float = Field(1.0, gt=0, description="seconds between clock checks")
     idle_ticks: bool = Field(True, description="move idle partitions' time to the wall clock")
     idle_after: float = Field(2.0, ge=0, description="seconds without records = idle")
@@ -225,7 +223,7 @@ class WorkerSettings(BaseSettings):
         return WorkerOptions(
             partitions=self.partitions, prefix=self.topic_prefix,
             service_concurrency=self.service_concurrency,
-            max_retry_wait=self.max_retry_wait, tick_interval=self.tick_interval,
+            tick_interval=self.tick_interval,
             idle_ticks=self.idle_ticks, idle_after=self.idle_after,
             history_sweeps=self.history_sweeps, max_document_bytes=self.max_document_bytes,
             max_record_bytes=self.max_record_bytes, extra_topics=self.extra_topics,

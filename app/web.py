@@ -19,7 +19,7 @@ import orjson
 from faust.web import Request, Response, View
 from onceflow.agents import wire
 from onceflow.agents.faust_app import OnceflowApp
-from onceflow.agents.health import liveness, readiness
+from onceflow.agents.health import liveness, readiness, serving
 from onceflow.agents.metrics import Gauges, exposition, worker_registry
 from onceflow.durations import format_duration
 from onceflow.envelope import seconds
@@ -174,6 +174,11 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
         ok, body = readiness(app, app.health)
         return web.json(body, status=200 if ok else 503)
 
+    @app.page("/servingz")
+    async def servingz(web: Any, request: Request) -> Response:
+        ok, body = serving(app, app.health)
+        return web.json(body, status=200 if ok else 503)
+
     @app.page("/livez")
     async def livez(web: Any, request: Request) -> Response:
         ok, body = liveness(app, app.health)
@@ -295,6 +300,10 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             return self.json({"trigger": name, "outcome": outcome, "resubmitted": done,
                               "skipped": skipped}, status=202)
 
+    inputs = {trigger.name: tuple(dict.fromkeys(
+        [*(runtime.names.topic(topic) for topic in trigger.topics), runtime.names.route]))
+        for trigger in runtime.triggers.triggers}
+
     def gauges() -> Gauges:
         facts = runtime.snapshot()
         lag = {}
@@ -306,7 +315,9 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
                     0, end - (monitor.tp_committed_offsets.get(tp) or 0))
         return Gauges(open_joins={n: f["open_joins"] for n, f in facts.items()},
                       history_entries={n: f["history_entries"] for n, f in facts.items()},
-                      lag=lag, suspended={n: f["suspended"] for n, f in facts.items()})
+                      lag=lag, suspended={n: f["suspended"] for n, f in facts.items()},
+                      held={n: f["held"] for n, f in facts.items()},
+                      ready=readiness(app, app.health)[0], inputs=inputs)
 
     registry = worker_registry(runtime.metrics, gauges)
 

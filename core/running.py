@@ -101,33 +101,46 @@ async def run_service_async(
     *,
     sleep: Callable[[float], Awaitable[None]] | None = None,
     before_retry: Callable[[int], Awaitable[None]] | None = None,
+    attempt: Callable[[Any, CallContext], Awaitable[Any]] | None = None,
+    first_failure: Exception | None = None,
 ) -> ServiceResult:
     """The async twin of run_service: waits retry_interval between attempts.
 
     `sleep` defaults to asyncio.sleep (asyncio is imported when first needed: the
-    synchronous runners never load it).
+    synchronous runners never load it).  `attempt(payload, context)` makes one call (the
+    worker runs a plain function in a thread through it); by default the service is called
+    here and awaited when async.  `first_failure`: attempt 1 was already made elsewhere and
+    raised this; the policy goes on from there.
     """
-    attempt = 1
+    number = 1
     retries: list[tuple[int, str]] = []
+    failure = first_failure
     while True:
-        try:
-            value = service.call(payload, _with_attempt(context, attempt))
-            if service.is_async:
-                value = await value
-            return ServiceResult(OK, value, attempt, retries=retries)
-        except Exception as exc:
-            step = after_failure(trigger, attempt, exc)
-            if step != RETRY:
-                return _failed(step, exc, attempt, retries)
-            retries.append((attempt, f"{type(exc).__name__}: {exc}"))
-            if sleep is None:
-                import asyncio
+        if failure is None:
+            try:
+                call_context = _with_attempt(context, number)
+                if attempt is not None:
+                    value = await attempt(payload, call_context)
+                else:
+                    value = service.call(payload, call_context)
+                    if service.is_async:
+                        value = await value
+                return ServiceResult(OK, value, number, retries=retries)
+            except Exception as exc:
+                failure = exc
+        step = after_failure(trigger, number, failure)
+        if step != RETRY:
+            return _failed(step, failure, number, retries)
+        retries.append((number, f"{type(failure).__name__}: {failure}"))
+        failure = None
+        if sleep is None:
+            import asyncio
 
-                sleep = asyncio.sleep
-            await sleep(trigger.retry_interval / 1000)  # sleeps take seconds
-            if before_retry is not None:
-                await before_retry(attempt + 1)
-            attempt += 1
+            sleep = asyncio.sleep
+        await sleep(trigger.retry_interval / 1000)  # sleeps take seconds
+        if before_retry is not None:
+            await before_retry(number + 1)
+        number += 1
 
 
 def _with_attempt(context: CallContext, attempt: int) -> CallContext:

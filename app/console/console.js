@@ -22,10 +22,11 @@ function row(cells) {
   return tr;
 }
 
+// Record times in UTC, and said to be: the page may be read in any time zone.
 function when(ts) {
   if (ts === null || ts === undefined) return "";
   const date = new Date(ts * 1000);
-  return isNaN(date.getTime()) ? String(ts) : date.toISOString().replace("T", " ").replace("Z", "");
+  return isNaN(date.getTime()) ? String(ts) : date.toISOString().replace("T", " ").replace("Z", " UTC");
 }
 
 // Seconds as a trigger file writes them (1d, 10m, 45s), to the two largest units.
@@ -230,7 +231,7 @@ async function loadDocuments(event) {
     const rows = data.documents.map((d) => {
       const button = el("button", "Resubmit", "resubmit");
       button.type = "button";
-      button.addEventListener("click", () => resubmit([d.identity]));
+      button.addEventListener("click", () => askResubmit([d.identity]));
       const failure = d.value && typeof d.value === "object" && d.value.error;
       const reason = d.reason || (failure ? `${failure.type}: ${failure.message}` : "");
       const tr = row([d.identity, d.activation, when(d.ts), reason,
@@ -247,14 +248,60 @@ async function loadDocuments(event) {
   }
 }
 
-async function resubmit(identities) {
+// A resubmit runs services again: the page asks first, for exactly what was clicked.
+let pendingResubmit = null;
+
+function showResult(message, failed) {
+  const out = $("#docs-result");
+  out.textContent = message;
+  out.className = failed ? "error" : "";
+}
+
+function askResubmit(identities) {
+  const chosen = identities.filter((i) => i);
   const trigger = $("#docs-trigger").value;
   const outcome = $("#docs-outcome").value;
+  if (!chosen.length) { showResult("No documents shown to resubmit.", true); return; }
+  pendingResubmit = { trigger, outcome, identities: chosen };
+  const shown = chosen.length > 5 ? `${chosen.slice(0, 5).join(", ")} and ${chosen.length - 5} more` : chosen.join(", ");
+  $("#docs-confirm-text").textContent =
+    `Resubmit ${chosen.length} ${outcome} document(s) of ${trigger} (${shown})? ` +
+    "They are decided again, and their service may run again.";
+  $("#docs-confirm").hidden = false;
+  $("#docs-confirm-yes").focus();
+}
+
+function cancelResubmit() {
+  pendingResubmit = null;
+  $("#docs-confirm").hidden = true;
+  showResult("Resubmit cancelled: nothing was sent.");
+}
+
+async function resubmit() {
+  const pending = pendingResubmit;
+  pendingResubmit = null;
+  $("#docs-confirm").hidden = true;
+  if (!pending) return;
+  const { trigger, outcome, identities } = pending;
+  showResult(`Resubmitting ${identities.length} ${outcome} document(s) of ${trigger}...`);
   const answer = await post(`/triggers/${encodeURIComponent(trigger)}/resubmit`,
-                            { outcome, identities: identities.filter((i) => i) });
-  if (answer) {
-    say(`Resubmitted ${answer.resubmitted.length} ${outcome} document(s) of ${trigger}` +
-        (answer.skipped.length ? `; skipped: ${answer.skipped.join("; ")}` : "."));
+                            { outcome, identities });
+  if (!answer) {
+    showResult(`Resubmit of ${trigger} failed: ${$("#status").textContent || "no answer"}`, true);
+    return;
+  }
+  const message = `Resubmitted ${answer.resubmitted.length} ${outcome} document(s) of ${trigger}` +
+    (answer.resubmitted.length ? `: ${answer.resubmitted.join(", ")}` : "") +
+    (answer.skipped.length ? `; skipped: ${answer.skipped.join("; ")}` : ".");
+  say(message);
+  showResult(message, answer.skipped.length > 0);
+  // Each resubmitted document is told as "IDENTITY (topic/partition@offset)".
+  for (const tr of document.querySelectorAll("#docs tbody tr")) {
+    const identity = tr.dataset.identity;
+    if (identity && answer.resubmitted.some((where) => where.startsWith(`${identity} (`))) {
+      const cell = tr.cells[tr.cells.length - 1];
+      cell.replaceChildren(el("span", "resubmitted", "running"));
+    }
   }
 }
 
@@ -268,7 +315,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#token-forget").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); showTokenState(); });
   $("#history-form").addEventListener("submit", lookUp);
   $("#docs-form").addEventListener("submit", loadDocuments);
-  $("#docs-resubmit-all").addEventListener("click", () => resubmit(shownDocuments.map((d) => d.identity)));
+  $("#docs-resubmit-all").addEventListener("click", () => askResubmit(shownDocuments.map((d) => d.identity)));
+  $("#docs-confirm-yes").addEventListener("click", resubmit);
+  $("#docs-confirm-no").addEventListener("click", cancelResubmit);
   showTokenState();
   refresh();
   refreshJournal();

@@ -20,6 +20,10 @@ from onceflow.tables.partition import DictPartition
 from onceflow.triggers import TriggerSet
 
 
+async def _no_wait(seconds: float) -> None:
+    """The harness's wait between service attempts: none (retries happen on simulated time)."""
+
+
 class LocalCluster:
     def __init__(self, triggers: TriggerSet, *, partitions: int = 4,
                  base_dir: Path | None = None, callees: Any = None, **options: Any) -> None:
@@ -31,10 +35,10 @@ class LocalCluster:
                              lambda p, n=name: self.state[n].setdefault(p, DictPartition()))
             for name in TABLES
         }
-        options.setdefault("max_retry_wait", 0.0)
+        # Simulated time, as replay's: a retry does not wait out its retry_interval.
         self.runtime = Runtime(triggers, callees or load_callees(triggers, base_dir),
                                WorkerOptions(partitions=partitions, **options), tables,
-                               self.broker)
+                               self.broker, sleep=_no_wait)
         self.names = self.runtime.names
         self.read: dict[tuple[str, int], int] = {}
 

@@ -191,8 +191,6 @@ def run_two_workers_and_kill_one(podman: Podman, image: str, containers: list[st
         env = {**settings, "ONCEFLOW_WEB_PORT": str(port),
                # Listens on loopback only, advertises a host name.
                "ONCEFLOW_WEB_BIND": "127.0.0.1", "ONCEFLOW_WEB_ADVERTISE": "localhost",
-               "ONCEFLOW_SESSION_TIMEOUT": "3", "ONCEFLOW_HEARTBEAT_INTERVAL": "0.5",
-               "ONCEFLOW_MAX_RETRY_WAIT": "0", "ONCEFLOW_IDLE_AFTER": "1",
                "ONCEFLOW_LOG_LEVEL": "info", "ONCEFLOW_TEST_LEDGER": "/ledger/ledger.sqlite"}
         containers.append(name)
         start_container(podman, image, name, env, ledger)

@@ -21,7 +21,11 @@ def exported() -> set[str]:
                            JournalRecord(None, "bad-input", None, None, 1.0, "order", 0, 1)])
     metrics.observe_service("orders", 0.01)
     metrics.fetch_gaps[("onceflow.route", "read-again")] += 1
-    gauges = Gauges({"orders": 0}, {"orders": 1}, {("order", 0): 3}, {"orders": False})
+    metrics.rejecting.add(("order", 0, 2))  # a record the worker failed on itself
+    metrics.count_journal([JournalRecord(None, "bad-input", None, None, 1.0, "order", 0, 2)])
+    gauges = Gauges({"orders": 0}, {"orders": 1}, {("order", 0): 3}, {"orders": False},
+                    held={"orders": 0}, ready=True,
+                    inputs={"orders": ("order", "onceflow.route")})
     text = generate_latest(worker_registry(metrics, lambda: gauges)).decode()
     return {sample.name for family in text_string_to_metric_families(text)
             for sample in family.samples}

@@ -4,6 +4,10 @@ schemas), and the StatefulSet is wired to what the worker really reads."""
 from __future__ import annotations
 
 import copy
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +94,104 @@ def test_the_pod_advertises_its_pod_ip_and_listens_on_every_address() -> None:
     assert container()["ports"] == [{"name": "web", "containerPort": port}]
 
 
-def test_probes_ask_livez_and_readyz_on_the_web_port() -> None:
+def test_probes_ask_livez_and_servingz_on_the_web_port() -> None:
+    """Readiness is /servingz: /readyz drops every pod at once during a rebalance."""
     assert container()["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "web"}
-    assert container()["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "web"}
+    assert container()["readinessProbe"]["httpGet"] == {"path": "/servingz", "port": "web"}
+
+
+def test_the_grace_period_outlasts_the_longest_retry_wait(tmp_path: Path) -> None:
+    """SIGTERM waits for the batch in hand, which may be waiting out a trigger's retries."""
+    data = every_resource()[("ConfigMap", "onceflow-triggers")]["data"]
+    path = tmp_path / "triggers.toml"
+    path.write_text(data["triggers.toml"])
+    longest = max(t.max_retry_attempts * t.retry_interval / 1000  # ms -> s
+                  for t in load_triggers(path).triggers)
+    grace = worker()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert longest > 0 and grace >= longest + 60, (grace, longest)
+
+
+def test_the_network_policy_admits_workers_and_prometheus_on_the_web_port_only() -> None:
+    policy = every_resource()[("NetworkPolicy", "onceflow")]["spec"]
+    selector = worker()["spec"]["selector"]["matchLabels"]
+    assert policy["podSelector"]["matchLabels"] == selector
+    assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"port": "web", "protocol": "TCP"}]
+    peers = rule["from"]
+    assert {"podSelector": {"matchLabels": selector}} in peers
+    (prometheus,) = [p for p in peers if "namespaceSelector" in p]
+    assert prometheus["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    port = int({v["name"]: v for v in container()["env"]}["ONCEFLOW_WEB_PORT"]["value"])
+    egress = {(port_["port"], port_["protocol"]) for rule in policy["egress"]
+              for port_ in rule["ports"]}
+    brokers = {int(url.rsplit(":", 1)[1]) for url in every_resource()[
+        ("ConfigMap", "onceflow-settings")]["data"]["ONCEFLOW_BROKER_URL"].split(",")}
+    assert egress >= {(port, "TCP"), (53, "UDP"), (53, "TCP")} | {
+        (b, "TCP") for b in brokers}, egress
+
+
+def test_the_image_is_set_by_kustomize() -> None:
+    """`kustomize edit set image onceflow=...` rewrites the entry the container names."""
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert container()["image"] in {image["name"] for image in kustomization["images"]}
+
+
+def kubectl_kustomize(folder: Path) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed")
+    done = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def test_an_overlay_sets_the_image_and_adds_the_operator_component(tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(K8S, overlay)],
+        "components": [os.path.relpath(K8S / "prometheus-operator", overlay)],
+        "images": [{"name": "onceflow", "newName": "registry.test/team/onceflow",
+                    "newTag": "9.9.9"}]}))
+    rendered = {(doc["kind"], doc["metadata"]["name"]): doc
+                for doc in kubectl_kustomize(overlay)}
+    pod = rendered[("StatefulSet", "onceflow")]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "registry.test/team/onceflow:9.9.9"
+    assert ("ServiceMonitor", "onceflow") in rendered
+    assert ("PrometheusRule", "onceflow") in rendered
+    base = {(doc["kind"], doc["metadata"]["name"]) for doc in kubectl_kustomize(K8S)}
+    assert not any(kind.startswith(("ServiceMonitor", "PrometheusRule")) for kind, _ in base)
+
+
+def operator_resources() -> dict[str, dict[str, Any]]:
+    folder = K8S / "prometheus-operator"
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    assert kustomization["kind"] == "Component"
+    return {doc["kind"]: doc for name in kustomization["resources"]
+            for doc in documents(folder / name)}
+
+
+def test_the_service_monitor_scrapes_every_worker_on_the_web_port() -> None:
+    """kubernetes-validate knows no CRDs: the ServiceMonitor's structure is checked here."""
+    monitor = operator_resources()["ServiceMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(monitor) == {"apiVersion", "kind", "metadata", "spec"}
+    assert set(monitor["spec"]) == {"selector", "endpoints"}
+    selected = [svc for (kind, _), svc in every_resource().items() if kind == "Service"
+                and monitor["spec"]["selector"]["matchLabels"].items()
+                <= svc["metadata"]["labels"].items()]
+    assert [svc["metadata"]["name"] for svc in selected] == [worker()["spec"]["serviceName"]]
+    assert selected[0]["spec"]["publishNotReadyAddresses"] is True
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout"}
+    assert endpoint["port"] in {port["name"] for port in selected[0]["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    # The CRD's duration pattern: digits and a unit.
+    for key in ("interval", "scrapeTimeout"):
+        assert re.fullmatch(r"([0-9]+(ms|s|m|h))+", endpoint[key]), endpoint[key]
 
 
 def test_each_pod_keeps_its_tables_on_its_own_volume() -> None:

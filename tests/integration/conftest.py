@@ -35,7 +35,12 @@ def new_prefix() -> Callable[[], str]:
 @pytest.fixture
 def start_worker(broker: EmbeddedBroker, tmp_path: Path
                  ) -> Iterator[Callable[..., WorkerProcess]]:
-    """start_worker(triggers, prefix, *, name, partitions, **ONCEFLOW_settings) -> ready worker."""
+    """start_worker(triggers, prefix, *, name, partitions, **ONCEFLOW_settings) -> ready worker.
+
+    The worker runs with the product's defaults: only where it is, what it reads and writes
+    (broker, prefix, partitions, data dir, web port, plaintext) is set here.  A test that
+    changes any other setting says why.
+    """
     started: list[WorkerProcess] = []
 
     def start(triggers: Path, prefix: str, *, name: str = "w1", partitions: int = 4,
@@ -46,9 +51,6 @@ def start_worker(broker: EmbeddedBroker, tmp_path: Path
             "ONCEFLOW_PARTITIONS": str(partitions),
             "ONCEFLOW_DATA_DIR": str(tmp_path / name / "data"),
             "ONCEFLOW_WEB_PORT": str(free_port()),
-            "ONCEFLOW_SESSION_TIMEOUT": "2",
-            "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3",
-            "ONCEFLOW_MAX_RETRY_WAIT": "0",
             "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT",
         }
         env.update({f"ONCEFLOW_{k.upper()}": str(v) for k, v in settings.items()})

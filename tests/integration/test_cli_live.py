@@ -172,7 +172,6 @@ def test_worker_logs_to_a_file_have_no_terminal_escapes(broker: EmbeddedBroker,
     env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEFLOW_")}
     env.update(_env(broker, new_prefix(), ONCEFLOW_PARTITIONS="2",
                     ONCEFLOW_DATA_DIR=str(tmp_path / "data"), ONCEFLOW_WEB_PORT=str(port),
-                    ONCEFLOW_SESSION_TIMEOUT="2", ONCEFLOW_HEARTBEAT_INTERVAL="0.3",
                     ONCEFLOW_LOG_LEVEL="info"))
     env.pop("NO_COLOR", None)
     leader, follower = os.openpty()

@@ -72,8 +72,7 @@ def console(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
     prefix = f"t{uuid.uuid4().hex[:10]}."
     env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
            "ONCEFLOW_PARTITIONS": "2", "ONCEFLOW_DATA_DIR": str(folder / "data"),
-           "ONCEFLOW_WEB_PORT": str(free_port()), "ONCEFLOW_SESSION_TIMEOUT": "2",
-           "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3", "ONCEFLOW_MAX_RETRY_WAIT": "0",
+           "ONCEFLOW_WEB_PORT": str(free_port()),
            "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT", "ONCEFLOW_ADMIN_TOKEN": TOKEN}
     worker = WorkerProcess(triggers, env, folder / "worker.log").start()
     try:
@@ -192,6 +191,7 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     until(lambda: "act-1" in text("joins"), "the open join")
     assert "left: l-1" in text("joins")
     assert "(in 9m " in text("joins") or "(in 10m)" in text("joins")  # not "(in 600)"
+    assert " UTC (in " in text("joins") and "expires (UTC)" in text("joins")
     workers = text("workers")
     assert "this worker" in workers and "ready" in workers and names.route in workers
     assert "lag" in workers
@@ -199,6 +199,7 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     # The live journal shows the documents sent, ids with markup as plain text.
     until(lambda: all(f"o-{i}" in text("journal") for i in range(3)), "the sent orders")
     until(lambda: HOSTILE in text("journal"), "the <img> identity as text in the journal")
+    assert "time (UTC)" in text("journal") and " UTC" in text("journal").split("\n")[1]
     assert SCRIPT in text("journal") and SCRIPT in text("joins")
     assert browser.title == "onceflow console"  # no identity's markup ran
     assert not browser.find_elements(By.CSS_SELECTOR, "#journal img, #joins script")
@@ -264,9 +265,28 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
                                                 '#docs tr[data-identity="bad-1"]'),
                    "the error document")
     shot("5-errors")
+    assert " UTC" in failed.text  # the record time says its zone
+    confirm = browser.find_element(By.ID, "docs-confirm")
+    assert not confirm.is_displayed()
+    # The page asks first; cancelled, nothing is sent.
     failed.find_element(By.CSS_SELECTOR, "button.resubmit").click()
+    until(lambda: confirm.is_displayed(), "the resubmit confirmation")
+    assert "Resubmit 1 error document(s) of orders (bad-1)?" in text("docs-confirm-text")
+    shot("5a-confirm")
+    browser.find_element(By.ID, "docs-confirm-no").click()
+    until(lambda: "nothing was sent" in text("docs-result"), "the cancelled resubmit")
+    assert not confirm.is_displayed()
+    assert outcomes(journal(console.bootstrap, names), "bad-1", "orders").count("error") == 1
+    # Confirmed: the answer is shown beside the documents, and the row says so.
+    failed.find_element(By.CSS_SELECTOR, "button.resubmit").click()
+    until(lambda: confirm.is_displayed(), "the resubmit confirmation")
+    browser.find_element(By.ID, "docs-confirm-yes").click()
     until(lambda: "Resubmitted 1 error document(s) of orders" in text("status"),
           "the resubmit answer")
+    until(lambda: "Resubmitted 1 error document(s) of orders: bad-1 (" in text("docs-result"),
+          "the resubmit result beside the documents")
+    assert "resubmitted" in browser.find_element(
+        By.CSS_SELECTOR, '#docs tr[data-identity="bad-1"]').text
     wait_journal(console.bootstrap, names,
                  lambda ls: outcomes(ls, "bad-1", "orders").count("error") == 2,
                  console.worker)

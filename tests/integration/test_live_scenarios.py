@@ -18,7 +18,6 @@ import pytest
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.live import LiveRun, live_env, run_live
 from onceflow.app.replay import replay_scenario
-from onceflow.app.settings import WorkerSettings
 from onceflow.errors import OnceflowError
 from onceflow.journal import contract_key
 from onceflow.scenario import load_scenario
@@ -73,34 +72,18 @@ def test_live_journal_equals_replay(folder: Path, live_journals: dict[str, Any])
     assert got == expected, f"missing: {expected - got}\nunexpected: {got - expected}"
 
 
-def test_live_runs_shorten_the_group_session_only_on_the_embedded_broker(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    # Apache Kafka refuses a session timeout below group.min.session.timeout.ms (6 s by
-    # default), so `onceflow replay --live --broker URL` keeps the worker's own settings.
-    embedded = live_env("127.0.0.1:9092", "p.", 2, tmp_path)
-    assert embedded["ONCEFLOW_SESSION_TIMEOUT"] == "2"
-    given = live_env("kafka:9092", "p.", 2, tmp_path, embedded=False)
-    assert "ONCEFLOW_SESSION_TIMEOUT" not in given
-    assert "ONCEFLOW_HEARTBEAT_INTERVAL" not in given
-
-    made: list[LiveRun] = []
-
-    async def no_run(self: LiveRun) -> list[dict[str, Any]]:
-        made.append(self)
-        return []
-
-    monkeypatch.setattr(LiveRun, "run", no_run)
-    monkeypatch.setattr(LiveRun, "stop", lambda self: None)
-    monkeypatch.delenv("ONCEFLOW_SESSION_TIMEOUT", raising=False)
-    assert run_live(str(SCENARIOS[0]), bootstrap="kafka.example:9092") == []
-    (run,) = made
+def test_live_runs_use_the_worker_defaults(tmp_path: Path) -> None:
+    # A live run is a user's worker: its retries wait out retry_interval and its group
+    # session is the default one, on the embedded broker as on any other.  Only idle ticks
+    # are off: the scenario's time is its records' time.
+    for embedded in (True, False):
+        env = live_env("127.0.0.1:9092", "p.", 2, tmp_path, embedded=embedded)
+        assert env["ONCEFLOW_IDLE_TICKS"] == "false"
+        for name in ("SESSION_TIMEOUT", "HEARTBEAT_INTERVAL", "MAX_RETRY_WAIT",
+                     "HISTORY_SWEEPS", "IDLE_AFTER", "TICK_INTERVAL"):
+            assert f"ONCEFLOW_{name}" not in env
+    run = LiveRun(load_scenario(SCENARIOS[0]), "127.0.0.1:9092", tmp_path)
     assert "ONCEFLOW_SESSION_TIMEOUT" not in run.worker.env
-    # So the worker takes its default, which Kafka accepts.
-    for name, value in run.worker.env.items():
-        monkeypatch.setenv(name, value)
-    assert WorkerSettings.from_env().session_timeout >= 6
-    assert LiveRun(load_scenario(SCENARIOS[0]), "127.0.0.1:9092", tmp_path
-                   ).worker.env["ONCEFLOW_SESSION_TIMEOUT"] == "2"
 
 
 def test_a_failed_live_run_keeps_the_log_it_points_to(

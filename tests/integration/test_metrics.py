@@ -1,8 +1,8 @@
 """/metrics of a real worker, read with prometheus_client's own parsers.
 
 Documents are counted once (clock ticks are not documents), ingress outcomes carry their
-input topic, lag follows the naming conventions, and the OpenMetrics form is served when
-Prometheus asks for it.
+input topic, a publisher's bad input is not the worker's internal failure, lag follows the
+naming conventions, and the OpenMetrics form is served when Prometheus asks for it.
 """
 
 from __future__ import annotations
@@ -46,15 +46,15 @@ def test_metrics_count_documents_not_ticks_and_parse(
     triggers = trigger_file(tmp_path)
     prefix = new_prefix()
     names = wire.Names(prefix)
-    # Idle partitions get clock ticks through the route topic (idle after 0.2 s).
-    worker = start_worker(triggers, prefix, partitions=2, tick_interval=0.1, idle_after=0.2)
+    # Idle partitions get clock ticks through the route topic (idle after 2 s, the default).
+    worker = start_worker(triggers, prefix, partitions=2)
     sent = [("order", orjson.dumps({"uuid": f"o-{i}"}), f"o-{i}", {}, None) for i in range(5)]
     sent += [("left", orjson.dumps({"uuid": "l-1", "activation": "a"}), "a", {}, None),
              ("order", b"{not json", "bad", {}, None),
              ("order", orjson.dumps({"uuid": "o-0"}), "o-0", {}, None)]
     publish(broker.bootstrap, names, sent)
     wait_journal(broker.bootstrap, names, lambda ls: len(ls) >= len(sent), worker)
-    time.sleep(2.0)  # idle: the ticks run
+    time.sleep(4.0)  # idle: the ticks run (a tick a second once idle for two)
 
     answer = httpx.get(worker.web_url + "/metrics", timeout=10)
     assert answer.status_code == 200
@@ -72,6 +72,16 @@ def test_metrics_count_documents_not_ticks_and_parse(
                  outcome="join-pending") == 1
     assert value(found, "onceflow_ingress_records_total", topic="order",
                  outcome="bad-input") == 1
+    # The bad line was the publisher's, not the worker's failure.
+    assert value(found, "onceflow_internal_failures_total") == 0
+    assert value(found, "onceflow_held_documents", trigger="orders") == 0
+    assert value(found, "onceflow_worker_ready") == 1
+    inputs = {(labels["trigger"], labels["topic"]) for labels, _ in
+              found["onceflow_trigger_input_info"]}
+    assert ("orders", names.topic("order")) in inputs
+    assert ("orders", names.route) in inputs
+    (last,) = found["onceflow_last_processed_timestamp_seconds"]
+    assert last[0] == {"trigger": "orders"} and 0 < time.time() - last[1] < 120, last
     assert all(labels.get("trigger") for name, series in found.items()
                for labels, _ in series if "trigger" in labels), "an empty trigger label"
     assert value(found, "onceflow_open_joins", trigger="pairs") == 1

@@ -1,4 +1,5 @@
-"""Probes and answers while partitions move: /livez, /readyz, /ready, and 503 + Retry-After.
+"""Probes and answers while partitions move: /livez, /readyz, /ready, /servingz, and 503 +
+Retry-After.
 
 Two real workers; one is killed with SIGKILL and the survivor is asked about a key the
 dead one owned, and about every worker's counts, until its partitions have moved.
@@ -45,11 +46,18 @@ def get(url: str) -> tuple[int, dict[str, str], Any]:
         return status, headers, body.decode("utf-8", "replace")
 
 
-def readyz_until_ready(worker: WorkerProcess, timeout: float = 90) -> list[Any]:
-    """Every /readyz answer from the worker's start until the first 200."""
+def readyz_until_ready(worker: WorkerProcess, timeout: float = 90,
+                       serving: WorkerProcess | None = None) -> list[Any]:
+    """Every /readyz answer from the worker's start until the first 200.
+
+    `serving`: a worker whose /servingz must answer 200 all along (it had started).
+    """
     answers: list[Any] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if serving is not None:
+            status, _, body = get(serving.web_url + "/servingz")
+            assert status == 200 and body["serving"] is True, body
         try:
             status, _, body = get(worker.web_url + "/readyz")
         except OSError:  # the web server is not listening yet
@@ -85,8 +93,15 @@ def test_probes_and_a_dead_owner_answer_503_with_retry_after(
     status, _, body = get(first.web_url + "/livez")
     assert (status, body["alive"], body["problems"]) == (200, True, [])
 
+    status, _, body = get(first.web_url + "/servingz")
+    assert status == 200 and body["serving"] is True, body
+
     second = start_worker(triggers, prefix, name="w2", wait=False)
-    check_not_ready(readyz_until_ready(second))
+    check_not_ready(readyz_until_ready(second, serving=first))
+    # While the second one joins, the first keeps serving its views (the Kubernetes
+    # readiness probe), whatever /readyz says about processing.
+    status, _, body = get(first.web_url + "/servingz")
+    assert status == 200 and body["serving"] is True, body
     # Both settle after the second one's join: each owns its part, and together all.
     owned: dict[int, WorkerProcess] = {}
     deadline = time.monotonic() + 60

@@ -113,8 +113,7 @@ def test_worker_and_send_over_a_secured_connection(
     security = security_env(certificates, protocol, mechanism, user, secret)
     env = {"ONCEFLOW_BROKER_URL": secure_broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
            "ONCEFLOW_PARTITIONS": "2", "ONCEFLOW_DATA_DIR": str(tmp_path / "data"),
-           "ONCEFLOW_WEB_PORT": str(free_port()), "ONCEFLOW_SESSION_TIMEOUT": "2",
-           "ONCEFLOW_HEARTBEAT_INTERVAL": "0.3", **security}
+           "ONCEFLOW_WEB_PORT": str(free_port()), **security}
     triggers = tmp_path / "triggers.toml"
     triggers.write_text(TRIGGERS)
     worker = WorkerProcess(triggers, env, tmp_path / "worker.log").start()
