@@ -384,11 +384,11 @@ class TriggerProcessor:
                 note = f" (the completed entry could not be written: {exc})"
         if not failed:
             for member in run.members:
-                reason: str | None = note or None
+                said: str | None = note or None
                 ignored = header_ignored(member.headers) if member.headers else None
                 if ignored is not None:
-                    reason = f"{note.strip()}; {ignored}" if note else ignored
-                journal.append(self._record(member, J.PROCESSED, reason, result.attempts))
+                    said = f"{note.strip()}; {ignored}" if note else ignored
+                journal.append(self._record(member, J.PROCESSED, said, result.attempts))
             if result.value is not None and sink.outputs is not None:
                 sink.outputs.append(Output(
                     self.trigger.output, self._output_key(run), result.value,
