@@ -167,11 +167,12 @@ class DeliveryCounter:
     restart it knows which records it had started, and how often.
     """
 
-    __slots__ = ("_store", "_scopes")
+    __slots__ = ("_store", "_scopes", "_max_again")
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_redelivered: int = MAX_REDELIVERED_OFFSETS) -> None:
         self._store = store
         self._scopes: dict[str, dict[int, str]] = {}
+        self._max_again = max_redelivered
 
     def count(self, record: Record) -> int:
         """The record's delivery count (-1 when undefined, see combined_count)."""
@@ -204,8 +205,8 @@ class DeliveryCounter:
         name = str(delivered)
         before = again.get(name, 0)
         again[name] = before + 1
-        if len(again) > MAX_REDELIVERED_OFFSETS:
-            keep = sorted(again, key=int)[-MAX_REDELIVERED_OFFSETS:]
+        if len(again) > self._max_again:
+            keep = sorted(again, key=int)[-self._max_again:]
             again = {k: again[k] for k in keep}
         store[again_key] = again
         count = 2 + before

@@ -168,9 +168,10 @@ class OnlyOneJoin:
 
 
 # Join state keeps, beside an activation's open join, the members that its expired joins
-# dropped ("gone": {"until": time, "coords": [[topic, partition, offset], ...]}), so that a
-# redelivery of one of them is journaled join-expired again and opens no join (spec
-# section 4).  Kept until the expired join's deadline plus the trigger's history_ttl, at
+# dropped ("gone": {"until": the latest of their times, "coords": [[topic, partition,
+# offset, until], ...]}), so that a redelivery of one of them is journaled join-expired
+# again and opens no join (spec section 4).  Each is kept until its join's deadline plus
+# the trigger's history_ttl (a redelivery with a later record time is a new document), at
 # most MAX_GONE members per activation (the oldest go first).
 GONE: Final = "gone"
 MAX_GONE: Final = 64
@@ -279,7 +280,8 @@ class JoinBook:
         if gone is None or doc.ts > gone["until"]:
             return False
         where = [doc.topic, doc.partition, doc.delivered_offset]
-        return any(list(coords) == where for coords in gone["coords"])
+        return any(list(coords[:3]) == where and doc.ts <= coords[3]
+                   for coords in gone["coords"])
 
     def members(self, activation: str) -> list[Document]:
         """The documents waiting in one activation's open join (none for a window)."""
@@ -335,12 +337,18 @@ class JoinBook:
                 dropped = condition.on_timeout(state)
                 state = None
                 if dropped:
+                    until = deadline + self.keep_expired
                     kept = gone["coords"] if gone is not None else []
-                    coords = [list(member_coordinates(doc)) for doc in dropped]
-                    gone = {"until": deadline + self.keep_expired,
-                            "coords": (list(kept) + coords)[-MAX_GONE:]}
-            if gone is not None and gone["until"] < now:
-                gone = None
+                    added: list[list[Any]] = [[*member_coordinates(doc), until]
+                                              for doc in dropped]
+                    gone = {"until": until, "coords": (list(kept) + added)[-MAX_GONE:]}
+            if gone is not None:
+                live: list[list[Any]] = [c for c in gone["coords"] if c[3] >= now]
+                if not live:
+                    gone = None
+                elif len(live) < len(gone["coords"]):
+                    latest: float = max(c[3] for c in live)
+                    gone = {"until": latest, "coords": live}
             new_stored = _with_gone(state, gone)
             if new_stored is None:
                 del self.store[activation]
