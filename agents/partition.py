@@ -547,7 +547,9 @@ class PartitionWorker(ControlMixin):
         if size <= limit:
             return
         members = {t: m for t, m in state["members"].items() if t != doc.type}
-        processor.joins.restore(activation, {**state, "members": members} if members else None)
+        kept = {k: v for k, v in state.items() if k not in ("deadline", "members")}
+        processor.joins.restore(activation, {**state, "members": members} if members
+                                else kept or None)  # expired members stay remembered
         sink.journal.pop()
         self._too_large(processor, doc, limits.too_large(
             f"the open join of activation {limits.clip(activation)!r} with this document",
