@@ -177,6 +177,11 @@ GONE: Final = "gone"
 MAX_GONE: Final = 64
 
 
+def open_join(stored: Any) -> Any:
+    """The open join (or window) of a value a join store holds (None: none is open)."""
+    return _open_part(stored)
+
+
 def _open_part(stored: Any) -> Any:
     """The open join (or window) of a stored value, without its expired members."""
     if stored is None or GONE not in stored:
