@@ -240,14 +240,15 @@ class TriggerProcessor:
         assert joins is not None and history is not None and activation is not None
         if len(doc.identity) > MAX_IDENTITY_LENGTH:
             return None
-        waiting = joins.members(activation)
-        if not waiting or len(waiting) + 1 != self._join_arity or \
-                any(member.type == doc.type for member in waiting):
-            return None
+        state = joins.get(activation)
+        held = state.get("members") if state is not None else None
+        if not held or doc.type in held or len(held) + 1 != self._join_arity:
+            return None  # doc would not complete an open join
         try:
             entry = self._entry(doc, doc.ts)
             if entry is None:
-                return None
+                return None  # the usual case: doc is New and completes the join
+            waiting = joins.members(activation)
             for member in waiting:
                 found = self._entry(member, doc.ts)
                 if found is None:
