@@ -36,12 +36,14 @@ from aiokafka.errors import KafkaError
 from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC, build_processors, dead_letter
 from onceflow.envelope import (
+    H_REDELIVERY,
     Document,
     NotJson,
     Record,
     coordinates,
     decode_value,
     envelope_fields,
+    parse_coordinates,
 )
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
@@ -291,6 +293,8 @@ class PartitionWorker(ControlMixin):
         record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
                         ts, None, self._key_text(delivery.key),
                         wire.header_dict(delivery.headers) if delivery.headers else {})
+        if record.headers and H_REDELIVERY in record.headers:
+            record.redelivers = self._stands_in_for(delivery, record)
         value = delivery.value
         if value is not None and len(value) > rt.options.max_document_bytes:
             self._oversized(record, value, len(value))
@@ -329,6 +333,21 @@ class PartitionWorker(ControlMixin):
                             size, rt.options.max_record_bytes))
                     continue
                 self.outbox.add(rt.names.route, target, key, message, signature)
+
+    def _stands_in_for(self, delivery: wire.Delivery, record: Record) -> int | None:
+        """The offset a live replay's stand-in names in its signed marker, else None.
+
+        Only a marker signed under this deployment's admin key, for this record (topic,
+        partition, value), naming an earlier offset of the same topic partition, makes
+        the record a redelivery of that offset; any other is an ordinary resend.
+        """
+        original = self.rt.signer.redelivery_of(delivery.topic, delivery.partition,
+                                                delivery.value, record.headers[H_REDELIVERY])
+        named = parse_coordinates(original) if original is not None else None
+        if named is None or named[0] != record.topic or named[1] != record.partition or \
+                named[2] >= record.offset:
+            return None
+        return named[2]
 
     def _too_large(self, processor: TriggerProcessor, doc: Document, why: str,
                    sink: Sink | None = None) -> None:
@@ -406,12 +425,11 @@ class PartitionWorker(ControlMixin):
             return
         if doc is not None:
             # The repartition topic redelivers too (after a crash before its offsets were
-            # committed): a routed document at or below the highest offset already started
-            # here counts as delivered twice, as an input record would.
-            routed = Record(self.rt.names.logical(delivery.topic), delivery.partition,
-                            delivery.offset, doc.ts, None)
-            if self.ingress.delivery.count(routed) > 1 and doc.delivery_count == 1:
-                doc.delivery_count = 2
+            # committed): the document keeps its count, and each redelivery of its route
+            # record raises it, counted from the route topic's offsets as ingress counts.
+            doc.delivery_count = self.ingress.delivery.routed(
+                self.rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
+                doc.delivery_count)
             if self.batch.suspending_runs and (self.now is None or doc.ts > self.now):
                 await self.settle()
             self._advance(doc.ts)
@@ -529,7 +547,9 @@ class PartitionWorker(ControlMixin):
         if size <= limit:
             return
         members = {t: m for t, m in state["members"].items() if t != doc.type}
-        processor.joins.restore(activation, {**state, "members": members} if members else None)
+        kept = {k: v for k, v in state.items() if k not in ("deadline", "members")}
+        processor.joins.restore(activation, {**state, "members": members} if members
+                                else kept or None)  # expired members stay remembered
         sink.journal.pop()
         self._too_large(processor, doc, limits.too_large(
             f"the open join of activation {limits.clip(activation)!r} with this document",

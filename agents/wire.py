@@ -68,6 +68,8 @@ _DOC_FIELDS: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "key": ((str,), True, False),
     "headers": ((dict,), True, False),
     "position": ((int,), False, False),
+    "redelivers": ((int,), True, False),
+    "resubmitted": ((bool,), False, False),
 }
 
 

@@ -24,6 +24,7 @@ from onceflow.agents.metrics import Gauges, exposition, worker_registry
 from onceflow.durations import format_duration
 from onceflow.errors import HistoryUnavailable, OnceflowError
 from onceflow.history import HistoryEntry, entry_key
+from onceflow.joins import open_join
 from onceflow.journal import ERROR, IN_DOUBT
 from onceflow.keys import key_prefix
 from onceflow.tables.outbox import Outbox
@@ -243,9 +244,12 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             forwarded = await forward(app, self, request, partition)
             if forwarded is not None:
                 return forwarded
-            state = durable_store(app, "joins", partition, key_prefix(trigger)).get(activation)
-            return self.json({"trigger": trigger, "activation": activation, "open": state,
-                              "partition": partition, "worker": str(app.conf.canonical_url)})
+            stored = durable_store(app, "joins", partition, key_prefix(trigger)).get(activation)
+            # Members of expired joins that the activation remembers (their redelivery is
+            # join-expired again) are not an open join.
+            return self.json({"trigger": trigger, "activation": activation,
+                              "open": open_join(stored), "partition": partition,
+                              "worker": str(app.conf.canonical_url)})
 
     class CommandView(View):
         async def post(self, request: Request, name: str, action: str) -> Response:
