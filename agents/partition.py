@@ -37,7 +37,6 @@ from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC, build_processors, dead_letter
 from onceflow.envelope import (
     Document,
-    NotJson,
     Record,
     coordinates,
     decode_value,
@@ -158,6 +157,7 @@ class PartitionWorker(ControlMixin):
         self.last_record_at = 0.0  # monotonic time of the last record (idle ticks)
         self.handling = 0  # index of the record at hand in the group being processed
         self._raw_key: bytes | None = None  # its key, when the key is not UTF-8
+        self._null_headers: list[str] = []  # names of its headers whose value is null
         self.durable = 0  # how many records of that group are durable
 
     @property
@@ -244,38 +244,45 @@ class PartitionWorker(ControlMixin):
             self._raw_key = key
             return key.decode("utf-8", "replace")
 
+    def _headers(self, delivery: wire.Delivery) -> dict[str, str]:
+        """The record's headers as the core reads them: a null value is no header.
+
+        The names of null ones are kept aside for a dead-letter copy (see _letter).
+        """
+        headers = delivery.headers
+        self._null_headers = [name for name, value in headers if value is None] \
+            if headers else []
+        return wire.header_dict(headers) if headers else {}
+
     def _letter(self, record: Record, reason: str) -> Output:
-        """The dead-letter copy of the record at hand (its key's bytes when not UTF-8)."""
+        """The dead-letter copy of the record at hand.
+
+        Its key's bytes in "key_base64" when the key is not UTF-8; its headers whose
+        value is null, as null.
+        """
         letter = dead_letter(record, reason)
         if self._raw_key is not None:
             letter.value["key_base64"] = base64.b64encode(self._raw_key).decode("ascii")
+        if self._null_headers:
+            kept = letter.value.setdefault("headers", {})
+            for name in self._null_headers:
+                if name not in record.headers and _text(name) is not None:
+                    kept[name] = None
         return letter
 
     def _failed_input(self, delivery: wire.Delivery, reason: str) -> None:
+        """The last resort for an input record: journal it and keep its bytes as they came.
+
+        Nothing here parses the record again (the normal path just failed on it): the
+        identity is its coordinates, and the dead letter holds the key, value and headers
+        as raw text, or in base64 where they are not UTF-8 (see raw_letter).
+        """
         rt = self.rt
-        value = delivery.value
-        key = self._key_text(delivery.key)
-        record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
-                        delivery.ts, None, key, wire.header_dict(delivery.headers))
-        try:
-            record.value = (decode_value(value) if value is None
-                            or len(value) <= rt.options.max_document_bytes else NotJson(""))
-            uuid, activation = envelope_fields(record.value)
-            letter = self._letter(record, reason)
-            limits.encode(letter)
-        except Exception:  # noqa: BLE001 - whatever the record holds, it is kept
-            uuid, activation = None, None
-            letter = Output(DEAD_LETTER_TOPIC, None, {
-                "reason": reason, "topic": record.topic, "partition": record.partition,
-                "offset": record.offset, "ts": record.ts,
-                "raw_base64": base64.b64encode(value or b"").decode("ascii")},
-                {"reason": limits.clip(reason)})
-        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
-                                          activation, record.ts, record.topic,
-                                          record.partition, record.offset, reason))
-        if limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
-            letter.value["size"] = len(value or b"")
-        self.outputs.append(letter)
+        topic = rt.names.logical(delivery.topic)
+        where = coordinates(topic, delivery.partition, delivery.offset)
+        self.journal.append(JournalRecord(None, J.BAD_INPUT, where, None, delivery.ts, topic,
+                                          delivery.partition, delivery.offset, reason))
+        self.outputs.append(raw_letter(delivery, topic, reason, rt.options.max_record_bytes))
 
     async def _input_record(self, delivery: wire.Delivery) -> None:
         rt = self.rt
@@ -290,7 +297,7 @@ class PartitionWorker(ControlMixin):
         self._advance(ts)
         record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
                         ts, None, self._key_text(delivery.key),
-                        wire.header_dict(delivery.headers) if delivery.headers else {})
+                        self._headers(delivery))
         value = delivery.value
         if value is not None and len(value) > rt.options.max_document_bytes:
             self._oversized(record, value, len(value))
@@ -373,7 +380,7 @@ class PartitionWorker(ControlMixin):
         value = delivery.value
         record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
                         delivery.ts, None, self._key_text(delivery.key),
-                        wire.header_dict(delivery.headers) if delivery.headers else {})
+                        self._headers(delivery))
         size = len(value or b"")
         if size <= rt.options.max_document_bytes:
             record.value = decode_value(value)
@@ -450,7 +457,7 @@ class PartitionWorker(ControlMixin):
         key = self._key_text(delivery.key)
         record = Record(topic, delivery.partition, delivery.offset, delivery.ts,
                         decode_value(delivery.value), key,
-                        wire.header_dict(delivery.headers) if delivery.headers else {})
+                        self._headers(delivery))
         identity = None if trigger is not None else self.where(delivery)
         self.journal.append(JournalRecord(trigger, J.BAD_INPUT, identity, None, delivery.ts,
                                           topic, delivery.partition, delivery.offset, reason))
@@ -716,6 +723,70 @@ class HeldInControl:
             self.control[key] = {"reason": reason}
         elif key in self.control:
             del self.control[key]
+
+
+def _text(data: str | bytes | None) -> str | None:
+    """The data as UTF-8 text, or None when it is not (never raises)."""
+    try:
+        if isinstance(data, str):
+            data.encode("utf-8")  # a name read with surrogateescape is not text
+            return data
+        return bytes(data).decode("utf-8") if data is not None else None
+    except (UnicodeError, TypeError, ValueError):
+        return None
+
+
+def _base64(data: str | bytes | None) -> str:
+    try:
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogateescape")
+        return base64.b64encode(bytes(data or b"")).decode("ascii")
+    except (UnicodeError, TypeError, ValueError):
+        return ""
+
+
+def raw_letter(delivery: wire.Delivery, topic: str, reason: str, limit: int) -> Output:
+    """The dead-letter copy of a record the worker failed on, from its bytes alone.
+
+    {"reason", "topic", "partition", "offset", "ts", "raw" (the value as UTF-8 text) or
+    "raw_base64", "headers": {name: text or null}, "headers_base64": [{"name", "value"}]
+    for the ones that are not UTF-8, "key_base64" when the key is not UTF-8}, the key as
+    the record's key when it is text.  Nothing here can fail on what the record holds.
+    """
+    body: dict[str, Any] = {"reason": reason, "topic": topic, "partition": delivery.partition,
+                            "offset": delivery.offset, "ts": delivery.ts}
+    value = delivery.value
+    if value is not None:
+        text = _text(value)
+        if text is not None:
+            body["raw"] = text
+        else:
+            body["raw_base64"] = _base64(value)
+    headers: dict[str, str | None] = {}
+    binary: list[dict[str, str | None]] = []
+    for header in delivery.headers or ():
+        try:
+            name, data = header
+        except (TypeError, ValueError):
+            continue
+        name_text = _text(name)
+        data_text = _text(data)
+        if name_text is not None and (data is None or data_text is not None):
+            headers[name_text] = data_text
+        else:
+            binary.append({"name": _base64(name),
+                           "value": None if data is None else _base64(data)})
+    body["headers"] = headers
+    if binary:
+        body["headers_base64"] = binary
+    key = _text(delivery.key) if delivery.key else None
+    if delivery.key and key is None:
+        body["key_base64"] = _base64(delivery.key)
+    letter = Output(DEAD_LETTER_TOPIC, key, body, {"reason": limits.clip(reason)})
+    size = len(value or b"")
+    if limits.fit(letter, "dead-letter", [], limit):
+        letter.value["size"] = size
+    return letter
 
 
 def _claims(value: bytes | None) -> str:

@@ -68,7 +68,7 @@ class RouteSigner:
         return [(HEADER, _digest(self._sign, topic, partition, value))]
 
     def check(self, topic: str, partition: int, value: bytes | None,
-              headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+              headers: Sequence[tuple[str, bytes | None]] | None) -> str | None:
         """Why a record read from the route topic must not be applied, or None."""
         if not self._accept:
             return None

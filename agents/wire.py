@@ -225,12 +225,16 @@ class Delivery:
     ts: Timestamp | None  # seconds; None only on the in-memory broker (no record time)
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    # A header value may be null (Kafka allows it; Java clients send them).
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
     handle: Any = None  # its topic-partition, under which the transport acknowledges it
 
 
-def header_dict(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
+def header_dict(headers: list[tuple[str, bytes | None]] | None) -> dict[str, str]:
     """Kafka headers as the core reads them (the last of a repeated name wins).
+
+    A header whose value is null is read as absent (so a null `message-id` or `dup-id`
+    is no header at all); dead-letter copies keep it as null (agents/partition.py).
 
     Values are decoded losslessly: a byte that is not UTF-8 becomes a lone surrogate
     ("surrogateescape", as header names are by record_batches.py), never U+FFFD, so two
