@@ -222,10 +222,7 @@ class PartitionWorker(ControlMixin):
             reason = (f"the worker failed on record {where} ({what}); it was not processed "
                       f"and is kept on {DEAD_LETTER_TOPIC}; please report it")
             log.error("onceflow: %s", reason, exc_info=error)
-            if delivery.topic == self.rt.names.route:
-                self.bad_route_record(delivery, reason)
-            else:
-                self._failed_input(delivery, reason)
+            self._failed_input(delivery, reason)
             await self._flush()
 
     def _key_text(self, key: bytes | None) -> str | None:
@@ -271,7 +268,7 @@ class PartitionWorker(ControlMixin):
         return letter
 
     def _failed_input(self, delivery: wire.Delivery, reason: str) -> None:
-        """The last resort for an input record: journal it and keep its bytes as they came.
+        """The last resort for a record (input or route): journal it, keep its bytes.
 
         Nothing here parses the record again (the normal path just failed on it): the
         identity is its coordinates, and the dead letter holds the key, value and headers
