@@ -56,6 +56,7 @@ from onceflow.processor import (
     error_output,
 )
 from onceflow.tables.outbox import Outbox
+from onceflow.tables.partition import StorageError
 from onceflow.tables.state import (
     PartitionStore,
     StateCorrupt,
@@ -90,9 +91,10 @@ def stops_the_worker(exc: Exception) -> bool:
     """Whether a failure is not the record's: the broker, the local store, corrupt state.
 
     These stop the worker (fail-stop: the batch is not acknowledged, and is decided again
-    after a restart); any other failure is the record's to carry.
+    after a restart); any other failure is the record's to carry.  A full disk under the
+    local store (StorageError) is never a record's fault.
     """
-    return isinstance(exc, KafkaError | OSError | TimeoutError | StateCorrupt)
+    return isinstance(exc, KafkaError | OSError | TimeoutError | StateCorrupt | StorageError)
 
 
 def _printable(text: str) -> str:
@@ -202,7 +204,8 @@ class PartitionWorker(ControlMixin):
                 at = self.where(deliveries[self.handling])
                 if isinstance(exc, Exception) and not stops_the_worker(exc):
                     raise RecordFault(exc, self.durable, at) from exc
-                if isinstance(exc, Exception):
+                if isinstance(exc, Exception) and not isinstance(exc, StorageError):
+                    # (A storage error is said once for the worker: agents/faust_app.py.)
                     log.critical("onceflow: partition %s stops at record %s (records %s to "
                                  "%s of this batch were not acknowledged): %r", self.partition,
                                  at, self.where(deliveries[self.durable]),
