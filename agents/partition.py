@@ -70,7 +70,7 @@ from . import clock, limits, wire
 from .batch import SubBatch, Take, complete_runs, decide_waiting, run_services, suspends
 from .context import Shared
 from .controls import ControlMixin
-from .outputs import deliver_replies, fit_take
+from .outputs import deliver_replies, fit_take, refuse_oversized_results
 
 log = logging.getLogger("onceflow.worker")
 
@@ -590,6 +590,7 @@ class PartitionWorker(ControlMixin):
         rt = self.rt
         await flush_state(rt.sender, self.before_runs)
         await run_services(batch.takes, rt.slots, rt.retry_sleep, rt.metrics.observe_service)
+        refuse_oversized_results(batch.takes, rt.options.max_record_bytes)
         complete_runs(batch, self._hold_suspended)
         await deliver_replies(rt, [t for t in batch.takes if not t.rolled_back])
 
