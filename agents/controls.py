@@ -14,9 +14,12 @@ from onceflow import journal as J
 from onceflow.journal import JournalRecord
 from onceflow.processor import TriggerProcessor
 from onceflow.tables.outbox import Outbox
+from onceflow.tables.state import PartitionStore
 
 from . import clock, limits, wire
 from .context import Shared
+
+MAX_APPLIED = 1000  # ids of admin controls a partition remembers (each for CONTROL_MAX_AGE)
 
 
 class ControlMixin:
@@ -28,6 +31,7 @@ class ControlMixin:
     outbox: Outbox
     journal: list[JournalRecord]
     processors: dict[str, TriggerProcessor]
+    applied: PartitionStore  # ids of the admin controls applied here: {id: made at}
 
     # Provided by the partition worker.
     def tick(self, ts: float) -> None: ...  # noqa: D102
@@ -63,6 +67,13 @@ class ControlMixin:
             self.outbox.add(self.rt.names.acks, None, str(message["id"]).encode(),
                             orjson.dumps({"id": message["id"], "partition": self.partition}))
             return
+        if kind in wire.ADMIN_KINDS:
+            replayed = self._replayed(message)
+            if replayed is not None:
+                self.bad_route_record(delivery, (
+                    f"the {kind} message {self.where(delivery)} was not applied to partition "
+                    f"{self.partition}: {replayed}"))
+                return
         name = message.get("trigger")
         processor = self.processors.get(name) if name is not None else None
         if name is not None and processor is None:
@@ -91,6 +102,38 @@ class ControlMixin:
         elif kind == wire.FORGET:
             self.forget(processor.trigger.name, str(message["key"]),
                         str(message.get("only") or "processing"))
+
+    def _replayed(self, message: dict[str, Any]) -> str | None:
+        """Why an admin's control must not be applied (a copy, or too old); else remember it.
+
+        The ids of the controls applied on this partition are kept in its control table
+        (so they survive a restart) for CONTROL_MAX_AGE, at most MAX_APPLIED of them.
+        """
+        control_id, at = message.get("id"), message.get("at")
+        if control_id is None or at is None:
+            return ("it has no id and time (fields 'id' and 'at'), which onceflow writes in "
+                    "every control: it cannot be told from a copy produced again")
+        if len(control_id) > 100:
+            return "its id is longer than 100 characters"
+        now = self.rt.wall_clock()
+        age = now - float(at)
+        if age > wire.CONTROL_MAX_AGE:
+            return (f"it was made {age:.0f} s ago, more than {wire.CONTROL_MAX_AGE:g} s: a "
+                    f"copy of an old control produced again (if an operator sent it and it "
+                    f"waited that long, send it again)")
+        applied = self.applied
+        if control_id in applied:
+            return (f"control {control_id!r} was applied here before: a copy produced "
+                    f"again is not applied twice")
+        kept = sorted(applied.items(), key=lambda item: item[1])
+        for key, made in kept:
+            if now - made > wire.CONTROL_MAX_AGE:
+                del applied[key]
+        kept = [(key, made) for key, made in kept if now - made <= wire.CONTROL_MAX_AGE]
+        for key, _ in kept[:max(0, len(kept) - MAX_APPLIED + 1)]:
+            del applied[key]
+        applied[control_id] = float(at)
+        return None
 
     def _suspend(self, processor: TriggerProcessor, reason: str, journal: bool) -> None:
         if processor.suspended:

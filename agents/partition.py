@@ -106,6 +106,7 @@ _SUSPENDED = "suspended"
 _HELD = "held"
 _HELD_PREFIX = key_prefix(_HELD)
 _TIME = "time"
+_APPLIED = "applied"  # ids of the admin controls applied (agents/controls.py)
 
 
 class PartitionWorker(ControlMixin):
@@ -129,6 +130,7 @@ class PartitionWorker(ControlMixin):
         self.joins = {t.name: PartitionStore(joins_buffer, key_prefix(t.name))
                       for t in runtime.triggers.triggers}
         self.control = PartitionStore(control_buffer, "")
+        self.applied = PartitionStore(control_buffer, key_prefix(_APPLIED))
         self.processors = build_processors(runtime.triggers, runtime.callees,
                                            self.history.__getitem__, self.joins.__getitem__)
         now: float | None = self.control.get(_TIME)

@@ -13,8 +13,9 @@ whoever holds the token may suspend, resume and resubmit anyway.  A deployment w
 token has no secret: its route records are neither signed nor checked (the worker says so
 at start).  The signature covers the real topic name, the partition and the value, so a
 record signed for one partition or one deployment (topic prefix) is refused on another.
-It does not make a copy of a signed record unique: write access to the route topic stays
-an admin right (docs/operations.md, trust model).
+It does not make a copy of a signed record unique: an admin's controls carry an id and a
+time for that (agents/controls.py), and write access to the route topic stays an admin
+right (docs/operations.md, trust model).
 """
 
 from __future__ import annotations

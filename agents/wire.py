@@ -14,6 +14,8 @@ restart.
 
 from __future__ import annotations
 
+import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -41,6 +43,11 @@ SEED: Final = "seed"
 BARRIER: Final = "barrier"
 SWEEP: Final = "sweep"
 KINDS: Final = (DOC, TICK, SUSPEND, RESUME, FORGET, SEED, BARRIER, SWEEP)
+# Controls that act with an admin's power carry a unique "id" and the time they were made,
+# "at" (seconds), inside the signed value: a worker applies each once, and none older than
+# CONTROL_MAX_AGE seconds (agents/controls.py), so a copy produced again is refused.
+ADMIN_KINDS: Final = (SUSPEND, RESUME, FORGET, SEED, SWEEP)
+CONTROL_MAX_AGE: Final = 300.0
 
 
 class BadMessage(Exception):
@@ -143,6 +150,9 @@ def read_message(value: bytes | None) -> tuple[str, dict[str, Any], Document | N
             raise BadMessage("field 't' must be a non-empty array of trigger names")
         _check(message, "d", (dict,))
         return kind, message, routed_document(message["d"])
+    if kind in ADMIN_KINDS:
+        _check(message, "id", (str,), required=False)
+        _check(message, "at", _NUMBER, required=False)
     if kind == TICK:
         _check(message, "ts", _NUMBER)
     elif kind == BARRIER:
@@ -253,7 +263,10 @@ def doc_message(triggers: list[str], doc: Document) -> bytes:
 
 
 def control_message(kind: str, **fields: Any) -> bytes:
-    """A tick or control message."""
+    """A tick or control message (an admin's control with a new id and the time now)."""
+    if kind in ADMIN_KINDS:
+        fields.setdefault("id", uuid.uuid4().hex)
+        fields.setdefault("at", time.time())
     return orjson.dumps({"k": kind, **fields})
 
 
