@@ -20,6 +20,7 @@ from . import clock, limits, wire
 from .context import Shared
 
 MAX_APPLIED = 1000  # ids of admin controls a partition remembers (each for CONTROL_MAX_AGE)
+_REDELIVERED = ""  # _replayed: the record that brought a control, delivered again
 
 
 class ControlMixin:
@@ -31,7 +32,7 @@ class ControlMixin:
     outbox: Outbox
     journal: list[JournalRecord]
     processors: dict[str, TriggerProcessor]
-    applied: PartitionStore  # ids of the admin controls applied here: {id: made at}
+    applied: PartitionStore  # admin controls applied here: {id: [made at, offset]}
 
     # Provided by the partition worker.
     def tick(self, ts: float) -> None: ...  # noqa: D102
@@ -68,7 +69,9 @@ class ControlMixin:
                             orjson.dumps({"id": message["id"], "partition": self.partition}))
             return
         if kind in wire.ADMIN_KINDS:
-            replayed = self._replayed(message)
+            replayed = self._replayed(message, delivery.offset)
+            if replayed == _REDELIVERED:
+                return  # applied already (a redelivery after a crash)
             if replayed is not None:
                 self.bad_route_record(delivery, (
                     f"the {kind} message {self.where(delivery)} was not applied to partition "
@@ -103,11 +106,13 @@ class ControlMixin:
             self.forget(processor.trigger.name, str(message["key"]),
                         str(message.get("only") or "processing"))
 
-    def _replayed(self, message: dict[str, Any]) -> str | None:
+    def _replayed(self, message: dict[str, Any], offset: int) -> str | None:
         """Why an admin's control must not be applied (a copy, or too old); else remember it.
 
         The ids of the controls applied on this partition are kept in its control table
-        (so they survive a restart) for CONTROL_MAX_AGE, at most MAX_APPLIED of them.
+        (so they survive a restart), with the offset they came at, for CONTROL_MAX_AGE, at
+        most MAX_APPLIED of them.  The same record delivered again (after a crash, before
+        its offset was committed) is _REDELIVERED: applied already, not a copy.
         """
         control_id, at = message.get("id"), message.get("at")
         if control_id is None or at is None:
@@ -115,24 +120,27 @@ class ControlMixin:
                     "every control: it cannot be told from a copy produced again")
         if len(control_id) > 100:
             return "its id is longer than 100 characters"
+        applied = self.applied
+        seen = applied.get(control_id)
+        if seen is not None and seen[1] == offset:
+            return _REDELIVERED
         now = self.rt.wall_clock()
         age = now - float(at)
         if age > wire.CONTROL_MAX_AGE:
             return (f"it was made {age:.0f} s ago, more than {wire.CONTROL_MAX_AGE:g} s: a "
                     f"copy of an old control produced again (if an operator sent it and it "
                     f"waited that long, send it again)")
-        applied = self.applied
-        if control_id in applied:
-            return (f"control {control_id!r} was applied here before: a copy produced "
-                    f"again is not applied twice")
-        kept = sorted(applied.items(), key=lambda item: item[1])
-        for key, made in kept:
+        if seen is not None:
+            return (f"control {control_id!r} was applied here before (at offset {seen[1]}): "
+                    f"a copy produced again is not applied twice")
+        kept = sorted(applied.items(), key=lambda item: item[1][0])
+        for key, (made, _) in kept:
             if now - made > wire.CONTROL_MAX_AGE:
                 del applied[key]
-        kept = [(key, made) for key, made in kept if now - made <= wire.CONTROL_MAX_AGE]
+        kept = [(key, entry) for key, entry in kept if now - entry[0] <= wire.CONTROL_MAX_AGE]
         for key, _ in kept[:max(0, len(kept) - MAX_APPLIED + 1)]:
             del applied[key]
-        applied[control_id] = float(at)
+        applied[control_id] = [float(at), offset]
         return None
 
     def _suspend(self, processor: TriggerProcessor, reason: str, journal: bool) -> None:

@@ -250,7 +250,7 @@ async def test_a_control_is_applied_once_per_partition_even_after_a_restart() ->
     reason = c.journal()[2]["reason"]
     assert reason.startswith("the suspend message onceflow.route/0@2 was not applied to "
                              f"partition 0: control '{orjson.loads(suspend)['id']}' was "
-                             "applied here before")
+                             "applied here before (at offset 0)")
     (letter,) = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
     assert letter["value"] == orjson.loads(suspend)
 
@@ -271,3 +271,25 @@ async def test_a_control_too_old_or_without_id_and_time_is_refused(
     (line,) = c.journal()
     assert line["outcome"] == "bad-input" and why in line["reason"]
     assert not c.runtime.worker(0).processors["bill"].suspended
+
+
+async def test_a_control_delivered_again_after_a_crash_is_not_a_copy() -> None:
+    c = cluster({"name": "bill", "types": ["inv"]})
+    suspend = wire.control_message(wire.SUSPEND, trigger="bill", reason="ops", journal=True)
+    await c.runtime.handle([route_record(c, 0, suspend)])
+    c.runtime.forget_partitions([0])
+    await c.runtime.handle([route_record(c, 0, suspend)])  # the same offset: a redelivery
+    assert [x["outcome"] for x in c.journal()] == ["suspended"]
+    assert c.broker.records(c.names.dead_letter) == []
+    assert c.runtime.worker(0).processors["bill"].suspended
+
+
+async def test_the_ids_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from onceflow.agents import controls
+
+    monkeypatch.setattr(controls, "MAX_APPLIED", 2)
+    c = cluster({"name": "bill", "types": ["inv"]})
+    values = [wire.control_message(wire.SWEEP) for _ in range(4)]
+    await c.runtime.handle([route_record(c, n, v) for n, v in enumerate(values)])
+    assert sorted(c.runtime.worker(0).applied.keys()) == sorted(
+        orjson.loads(v)["id"] for v in values[2:])

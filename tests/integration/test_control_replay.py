@@ -73,7 +73,8 @@ def test_a_suspend_copied_from_the_route_topic_and_produced_again_is_refused(
     reasons = {x["identity"]: x["reason"] for x in lines if x["identity"] in refused}
     again, aged = (f"onceflow.route/0@{offset}" for offset in offsets)
     assert f"the suspend message {again} was not applied to partition 0: control " \
-        f"'{message['id']}' was applied here before" in reasons[again]
+        f"'{message['id']}' was applied here before (at offset {captured.offset})" \
+        in reasons[again]
     assert "s ago, more than 300 s" in reasons[aged]
     letters = [orjson.loads(r.value) for r in records(bootstrap, names.dead_letter)]
     assert sorted(x["offset"] for x in letters if x["topic"] == "onceflow.route") == offsets
