@@ -266,10 +266,11 @@ class PartitionWorker(ControlMixin):
         if self._raw_key is not None:
             letter.value["key_base64"] = base64.b64encode(self._raw_key).decode("ascii")
         if self._null_headers:
-            kept = letter.value.setdefault("headers", {})
+            kept = dict(letter.value.get("headers") or {})  # (it may be record.headers)
             for name in self._null_headers:
                 if name not in record.headers and _text(name) is not None:
                     kept[name] = None
+            letter.value["headers"] = kept
         return letter
 
     def _failed_input(self, delivery: wire.Delivery, reason: str) -> None:
