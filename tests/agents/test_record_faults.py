@@ -222,3 +222,24 @@ async def test_the_last_resort_keeps_the_bytes_of_what_it_cannot_read(
 
 def _broken_header_dict(headers: Any) -> dict[str, str]:
     raise TypeError("tuple[str, bytes] object expected; got tuple[str, None]")
+
+
+async def test_a_store_that_cannot_write_stops_the_worker_and_journals_no_record(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from onceflow.tables.partition import StorageError
+
+    c = cluster({"name": "bill", "types": ["inv"]})
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
+    store = c.state["ingress"][0]
+
+    def apply(writes: Any, offset: Any) -> None:
+        raise StorageError("/data/v1/tables/ingress-0.db",
+                           Exception("IO error: No space left on device"))
+
+    store.apply = apply  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, "onceflow.worker"), \
+            pytest.raises(StorageError, match="No space left on device"):
+        await c.runtime.handle([doc("inv", 1, 2, uuid="i-2")])
+    assert not any(line["outcome"] == "bad-input" for line in c.journal())
+    assert c.broker.records(c.names.dead_letter) == []
+    assert "one at a time" not in caplog.text  # not taken for a record's fault
