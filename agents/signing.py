@@ -13,8 +13,9 @@ whoever holds the token may suspend, resume and resubmit anyway.  A deployment w
 token has no secret: its route records are neither signed nor checked (the worker says so
 at start).  The signature covers the real topic name, the partition and the value, so a
 record signed for one partition or one deployment (topic prefix) is refused on another.
-It does not make a copy of a signed record unique: write access to the route topic stays
-an admin right (docs/operations.md, trust model).
+It does not make a copy of a signed record unique: an admin's controls carry an id and a
+time for that (agents/controls.py), and write access to the route topic stays an admin
+right (docs/operations.md, trust model).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class RouteSigner:
         return [(HEADER, _digest(self._sign, topic, partition, value))]
 
     def check(self, topic: str, partition: int, value: bytes | None,
-              headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+              headers: Sequence[tuple[str, bytes | None]] | None) -> str | None:
         """Why a record read from the route topic must not be applied, or None."""
         if not self._accept:
             return None
