@@ -15,9 +15,13 @@ from onceflow.journal import JournalRecord
 from onceflow.partition import Partition
 from onceflow.processor import TriggerProcessor
 from onceflow.tables.outbox import Outbox
+from onceflow.tables.state import PartitionStore
 
 from . import clock, limits, wire
 from .context import Shared
+
+MAX_APPLIED = 1000  # ids of admin controls a partition remembers (each for CONTROL_MAX_AGE)
+_REDELIVERED = ""  # _replayed: the record that brought a control, delivered again
 
 
 class ControlMixin:
@@ -30,6 +34,7 @@ class ControlMixin:
     journal: list[JournalRecord]
     processors: dict[str, TriggerProcessor]
     state: Partition
+    applied: PartitionStore  # admin controls applied here: {id: [made at, offset]}
 
     # Provided by the partition worker.
     def tick(self, ts: int) -> None: ...  # noqa: D102
@@ -72,6 +77,15 @@ class ControlMixin:
             self.outbox.add(self.rt.names.acks, None, str(message["id"]).encode(),
                             orjson.dumps({"id": message["id"], "partition": self.partition}))
             return
+        if kind in wire.ADMIN_KINDS:
+            replayed = self._replayed(message, delivery.offset)
+            if replayed == _REDELIVERED:
+                return  # applied already (a redelivery after a crash)
+            if replayed is not None:
+                self.bad_route_record(delivery, (
+                    f"the {kind} message {self.where(delivery)} was not applied to partition "
+                    f"{self.partition}: {replayed}"))
+                return
         name = message.get("trigger")
         processor = self.processors.get(name) if name is not None else None
         if name is not None and processor is None:
@@ -100,6 +114,43 @@ class ControlMixin:
         elif kind == wire.FORGET:
             self.forget(processor.trigger.name, str(message["key"]),
                         str(message.get("only") or "processing"))
+
+    def _replayed(self, message: dict[str, Any], offset: int) -> str | None:
+        """Why an admin's control must not be applied (a copy, or too old); else remember it.
+
+        The ids of the controls applied on this partition are kept in its control table
+        (so they survive a restart), with the offset they came at, for CONTROL_MAX_AGE, at
+        most MAX_APPLIED of them.  The same record delivered again (after a crash, before
+        its offset was committed) is _REDELIVERED: applied already, not a copy.
+        """
+        control_id, at = message.get("id"), message.get("at")
+        if control_id is None or at is None:
+            return ("it has no id and time (fields 'id' and 'at'), which onceflow writes in "
+                    "every control: it cannot be told from a copy produced again")
+        if len(control_id) > 100:
+            return "its id is longer than 100 characters"
+        applied = self.applied
+        seen = applied.get(control_id)
+        if seen is not None and seen[1] == offset:
+            return _REDELIVERED
+        now = self.rt.wall_clock()
+        age = now - float(at)
+        if age > wire.CONTROL_MAX_AGE:
+            return (f"it was made {age:.0f} s ago, more than {wire.CONTROL_MAX_AGE:g} s: a "
+                    f"copy of an old control produced again (if an operator sent it and it "
+                    f"waited that long, send it again)")
+        if seen is not None:
+            return (f"control {control_id!r} was applied here before (at offset {seen[1]}): "
+                    f"a copy produced again is not applied twice")
+        kept = sorted(applied.items(), key=lambda item: item[1][0])
+        for key, (made, _) in kept:
+            if now - made > wire.CONTROL_MAX_AGE:
+                del applied[key]
+        kept = [(key, entry) for key, entry in kept if now - entry[0] <= wire.CONTROL_MAX_AGE]
+        for key, _ in kept[:max(0, len(kept) - MAX_APPLIED + 1)]:
+            del applied[key]
+        applied[control_id] = [float(at), offset]
+        return None
 
     def _suspend(self, processor: TriggerProcessor, reason: str, journal: bool) -> None:
         record = self.state.suspend_by_command(processor, reason)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +22,7 @@ import faust
 from aiokafka import AIOKafkaProducer
 from onceflow.calls import Callee
 from onceflow.tables.outbox import KafkaSender, Outbox
-from onceflow.tables.partition import DictPartition, RawPartition, RocksPartition
+from onceflow.tables.partition import DictPartition, RawPartition, RocksPartition, StorageError
 from onceflow.triggers import TriggerSet
 
 from . import store as _store  # noqa: F401  (registers the onceflow-rocksdb:// store)
@@ -45,6 +47,7 @@ class OnceflowApp(faust.App):
     bulk_delivery: Any = None
     route_topics: frozenset[str] = frozenset()
     onceflow_producer: AIOKafkaProducer | None = None
+    storage_failure: StorageError | None = None  # the local store failed: it stops
 
     def _new_transport(self) -> Any:
         return Transport(self.conf.broker_consumer, self)
@@ -175,11 +178,28 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
                     delivery.offset)
             batch_log.info("batch %s", {f"{topic}/{partition}": (min(o), max(o), len(o))
                                         for (topic, partition), o in spans.items()})
+        if app.storage_failure is not None:
+            # The local store failed: nothing more is decided or acknowledged.
+            await asyncio.Event().wait()
         if options.history_sweeps:
             for delivery in deliveries:
                 uncommitted.handed(delivery.handle, delivery.offset, delivery.ts)
         try:
             await runtime.handle(deliveries)
+        except StorageError as exc:
+            # Not a record's fault: nothing is dead-lettered or acknowledged; one line for
+            # the operator (however many partitions and tables fail), and /readyz says so.
+            if app.storage_failure is None:
+                app.storage_failure = exc
+                app.health.storage_error = str(exc)
+                log.critical("onceflow: %s; the worker stops (exit code 4): free space or "
+                             "fix the disk under ONCEFLOW_DATA_DIR and restart it; nothing "
+                             "is lost", exc)
+                # Stopped as by SIGTERM (it leaves the group at once), not crashed: a crash
+                # adds a traceback from each of Faust's services to the one line above.
+                os.kill(os.getpid(), signal.SIGTERM)
+            # Never returns: this batch is not acknowledged, nor any after it.
+            await asyncio.Event().wait()
         except Exception as exc:
             # Fail-stop: the batch is not acknowledged, so after a restart it is
             # delivered again and decided on what is durable.

@@ -39,6 +39,7 @@ class Health:
         self.rebalance_started_at: float | None = None
         self.rebalance_ended_at: float | None = None
         self.rebalances = 0
+        self.storage_error: str | None = None  # the local store failed: the worker stops
 
     def beat(self) -> None:
         """The event loop came round (called every LOOP_BEAT seconds)."""
@@ -143,6 +144,8 @@ def readiness(app: Any, health: Health) -> tuple[bool, dict[str, Any]]:
     consumer = app.consumer
     reasons = []
     assigned: list[int] = []
+    if health.storage_error is not None:
+        reasons.append(f"the worker stops: {health.storage_error}")
     if health.rebalance_ended_at is None:
         reasons.append("the worker has not joined the group and recovered its tables yet")
     else:

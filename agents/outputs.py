@@ -12,7 +12,10 @@ when a copy did not reach its topic.
 
 Record size.  Every output is measured against ONCEFLOW_MAX_RECORD_BYTES and goes out by
 reference when it does not fit (agents/limits.py); the journal records of its document say
-so.
+so.  A service result cannot go by reference (it exists nowhere else): a run whose result
+is too large ends as a service error instead (refuse_oversized_results), before it is
+completed, so its history entry, journal records, error document and reply-to copies are
+those of any failed run.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC
 from onceflow.envelope import Document, seconds
-from onceflow.processor import Output
-from onceflow.running import OK, SUSPEND
+from onceflow.processor import Output, output_headers
+from onceflow.running import ERROR, OK, SUSPEND, ServiceResult
 from onceflow.tables.outbox import Outbox
 
 from . import limits, wire
@@ -37,6 +41,39 @@ from .topics import illegal_topic_name
 log = logging.getLogger("onceflow.worker")
 
 REPLY_WAIT = 10.0  # seconds a reply-to topic has to take its copies
+RESULT_TOO_LARGE = "ResultTooLarge"  # the error type of a run whose result is too large
+
+
+def refuse_oversized_results(takes: list[Take], limit: int) -> None:
+    """Make a run whose service result would be a record over `limit` a service error.
+
+    Its error document (with its input documents, by reference if they are large too)
+    goes to the trigger's error topic and to reply-to topics, its journal records are
+    `error`, and its completed history entry is a failed one: the result is lost only
+    in the sense that the service must run again (resubmit it, `--outcome error`) after
+    it returns less, or after the limit is raised.  A result that fits is kept encoded.
+    """
+    for take in takes:
+        run, result = take.run, take.result
+        if take.rolled_back or run is None or result is None or result.outcome != OK \
+                or result.value is None or type(result.value) is orjson.Fragment:
+            continue
+        try:
+            data = orjson.dumps(result.value)
+        except TypeError:
+            continue  # not JSON: limits.fit publishes a note saying so
+        trigger = take.processor.trigger
+        key = run.activation if run.activation is not None else run.newest.key
+        output = Output(trigger.output, key, None,
+                        output_headers(trigger, run.identity, run.activation))
+        size = limits.output_size(output, data, limit)
+        if size <= limit:
+            result.value = orjson.Fragment(data)  # encoded once (limits.encode)
+            continue
+        message = (f"the service result is {size} bytes, {size - limit} bytes over "
+                   f"{limits.SETTING} ({limit}): it was not published on {trigger.output}")
+        take.result = ServiceResult(ERROR, None, result.attempts, RESULT_TOO_LARGE, message,
+                                    result.retries)
 
 
 @dataclass(slots=True)

@@ -36,12 +36,13 @@ from aiokafka.errors import KafkaError
 from onceflow import journal as J
 from onceflow.engine import DEAD_LETTER_TOPIC, build_processors, dead_letter
 from onceflow.envelope import (
+    H_REDELIVERY,
     Document,
-    NotJson,
     Record,
     coordinates,
     decode_value,
     envelope_fields,
+    parse_coordinates,
     record_time,
     seconds,
 )
@@ -59,6 +60,7 @@ from onceflow.processor import (
     error_output,
 )
 from onceflow.tables.outbox import Outbox
+from onceflow.tables.partition import StorageError
 from onceflow.tables.state import (
     PartitionStore,
     StateCorrupt,
@@ -72,7 +74,7 @@ from . import clock, limits, wire
 from .batch import SubBatch, Take, complete_runs, decide_waiting, run_services, suspends
 from .context import Shared
 from .controls import ControlMixin
-from .outputs import deliver_replies, fit_take
+from .outputs import deliver_replies, fit_take, refuse_oversized_results
 
 log = logging.getLogger("onceflow.worker")
 
@@ -93,9 +95,10 @@ def stops_the_worker(exc: Exception) -> bool:
     """Whether a failure is not the record's: the broker, the local store, corrupt state.
 
     These stop the worker (fail-stop: the batch is not acknowledged, and is decided again
-    after a restart); any other failure is the record's to carry.
+    after a restart); any other failure is the record's to carry.  A full disk under the
+    local store (StorageError) is never a record's fault.
     """
-    return isinstance(exc, KafkaError | OSError | TimeoutError | StateCorrupt)
+    return isinstance(exc, KafkaError | OSError | TimeoutError | StateCorrupt | StorageError)
 
 
 def _printable(text: str) -> str:
@@ -107,6 +110,7 @@ _SUSPENDED = "suspended"
 _HELD = "held"
 _HELD_PREFIX = key_prefix(_HELD)
 _TIME = "time"
+_APPLIED = "applied"  # ids of the admin controls applied (agents/controls.py)
 
 
 class PartitionWorker(ControlMixin):
@@ -130,6 +134,7 @@ class PartitionWorker(ControlMixin):
         self.joins = {t.name: PartitionStore(joins_buffer, key_prefix(t.name))
                       for t in runtime.triggers.triggers}
         self.control = PartitionStore(control_buffer, "")
+        self.applied = PartitionStore(control_buffer, key_prefix(_APPLIED))
         self.processors = build_processors(runtime.triggers, runtime.callees,
                                            self.history.__getitem__, self.joins.__getitem__)
         now: int | None = self.control.get(_TIME)
@@ -162,6 +167,7 @@ class PartitionWorker(ControlMixin):
         self.last_record_at = 0.0  # monotonic time of the last record (idle ticks)
         self.handling = 0  # index of the record at hand in the group being processed
         self._raw_key: bytes | None = None  # its key, when the key is not UTF-8
+        self._null_headers: list[str] = []  # names of its headers whose value is null
         self.durable = 0  # how many records of that group are durable
 
     @property
@@ -206,7 +212,8 @@ class PartitionWorker(ControlMixin):
                 at = self.where(deliveries[self.handling])
                 if isinstance(exc, Exception) and not stops_the_worker(exc):
                     raise RecordFault(exc, self.durable, at) from exc
-                if isinstance(exc, Exception):
+                if isinstance(exc, Exception) and not isinstance(exc, StorageError):
+                    # (A storage error is said once for the worker: agents/faust_app.py.)
                     log.critical("onceflow: partition %s stops at record %s (records %s to "
                                  "%s of this batch were not acknowledged): %r", self.partition,
                                  at, self.where(deliveries[self.durable]),
@@ -226,10 +233,7 @@ class PartitionWorker(ControlMixin):
             reason = (f"the worker failed on record {where} ({what}); it was not processed "
                       f"and is kept on {DEAD_LETTER_TOPIC}; please report it")
             log.error("onceflow: %s", reason, exc_info=error)
-            if delivery.topic == self.rt.names.route:
-                self.bad_route_record(delivery, reason)
-            else:
-                self._failed_input(delivery, reason)
+            self._failed_input(delivery, reason)
             await self._flush()
 
     def _key_text(self, key: bytes | None) -> str | None:
@@ -248,38 +252,46 @@ class PartitionWorker(ControlMixin):
             self._raw_key = key
             return key.decode("utf-8", "replace")
 
+    def _headers(self, delivery: wire.Delivery) -> dict[str, str]:
+        """The record's headers as the core reads them: a null value is no header.
+
+        The names of null ones are kept aside for a dead-letter copy (see _letter).
+        """
+        headers = delivery.headers
+        self._null_headers = [name for name, value in headers if value is None] \
+            if headers else []
+        return wire.header_dict(headers) if headers else {}
+
     def _letter(self, record: Record, reason: str) -> Output:
-        """The dead-letter copy of the record at hand (its key's bytes when not UTF-8)."""
+        """The dead-letter copy of the record at hand.
+
+        Its key's bytes in "key_base64" when the key is not UTF-8; its headers whose
+        value is null, as null.
+        """
         letter = dead_letter(record, reason)
         if self._raw_key is not None:
             letter.value["key_base64"] = base64.b64encode(self._raw_key).decode("ascii")
+        if self._null_headers:
+            kept = dict(letter.value.get("headers") or {})  # (it may be record.headers)
+            for name in self._null_headers:
+                if name not in record.headers and _text(name) is not None:
+                    kept[name] = None
+            letter.value["headers"] = kept
         return letter
 
     def _failed_input(self, delivery: wire.Delivery, reason: str) -> None:
+        """The last resort for a record (input or route): journal it, keep its bytes.
+
+        Nothing here parses the record again (the normal path just failed on it): the
+        identity is its coordinates, and the dead letter holds the key, value and headers
+        as raw text, or in base64 where they are not UTF-8 (see raw_letter).
+        """
         rt = self.rt
-        value = delivery.value
-        key = self._key_text(delivery.key)
-        record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
-                        delivery.ts, None, key, wire.header_dict(delivery.headers))
-        try:
-            record.value = (decode_value(value) if value is None
-                            or len(value) <= rt.options.max_document_bytes else NotJson(""))
-            uuid, activation = envelope_fields(record.value)
-            letter = self._letter(record, reason)
-            limits.encode(letter)
-        except Exception:  # noqa: BLE001 - whatever the record holds, it is kept
-            uuid, activation = None, None
-            letter = Output(DEAD_LETTER_TOPIC, None, {
-                "reason": reason, "topic": record.topic, "partition": record.partition,
-                "offset": record.offset, "ts": seconds(record.ts),
-                "raw_base64": base64.b64encode(value or b"").decode("ascii")},
-                {"reason": limits.clip(reason)})
-        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
-                                          activation, record.ts, record.topic,
-                                          record.partition, record.offset, reason))
-        if limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
-            letter.value["size"] = len(value or b"")
-        self.outputs.append(letter)
+        topic = rt.names.logical(delivery.topic)
+        where = coordinates(topic, delivery.partition, delivery.offset)
+        self.journal.append(JournalRecord(None, J.BAD_INPUT, where, None, delivery.ts, topic,
+                                          delivery.partition, delivery.offset, reason))
+        self.outputs.append(raw_letter(delivery, topic, reason, rt.options.max_record_bytes))
 
     async def _input_record(self, delivery: wire.Delivery) -> None:
         rt = self.rt
@@ -294,7 +306,9 @@ class PartitionWorker(ControlMixin):
         self._advance(ts)
         record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
                         ts, None, self._key_text(delivery.key),
-                        wire.header_dict(delivery.headers) if delivery.headers else {})
+                        self._headers(delivery))
+        if record.headers and H_REDELIVERY in record.headers:
+            record.redelivers = self._stands_in_for(delivery, record)
         value = delivery.value
         if value is not None and len(value) > rt.options.max_document_bytes:
             self._oversized(record, value, len(value))
@@ -333,6 +347,21 @@ class PartitionWorker(ControlMixin):
                             size, rt.options.max_record_bytes))
                     continue
                 self.outbox.add(rt.names.route, target, key, message, signature)
+
+    def _stands_in_for(self, delivery: wire.Delivery, record: Record) -> int | None:
+        """The offset a live replay's stand-in names in its signed marker, else None.
+
+        Only a marker signed under this deployment's admin key, for this record (topic,
+        partition, value), naming an earlier offset of the same topic partition, makes
+        the record a redelivery of that offset; any other is an ordinary resend.
+        """
+        original = self.rt.signer.redelivery_of(delivery.topic, delivery.partition,
+                                                delivery.value, record.headers[H_REDELIVERY])
+        named = parse_coordinates(original) if original is not None else None
+        if named is None or named[0] != record.topic or named[1] != record.partition or \
+                named[2] >= record.offset:
+            return None
+        return named[2]
 
     def _too_large(self, processor: TriggerProcessor, doc: Document, why: str,
                    sink: Sink | None = None) -> None:
@@ -377,7 +406,7 @@ class PartitionWorker(ControlMixin):
         value = delivery.value
         record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
                         delivery.ts, None, self._key_text(delivery.key),
-                        wire.header_dict(delivery.headers) if delivery.headers else {})
+                        self._headers(delivery))
         size = len(value or b"")
         if size <= rt.options.max_document_bytes:
             record.value = decode_value(value)
@@ -410,12 +439,11 @@ class PartitionWorker(ControlMixin):
             return
         if doc is not None:
             # The repartition topic redelivers too (after a crash before its offsets were
-            # committed): a routed document at or below the highest offset already started
-            # here counts as delivered twice, as an input record would.
-            routed = Record(self.rt.names.logical(delivery.topic), delivery.partition,
-                            delivery.offset, doc.ts, None)
-            if self.ingress.delivery.count(routed) > 1 and doc.delivery_count == 1:
-                doc.delivery_count = 2
+            # committed): the document keeps its count, and each redelivery of its route
+            # record raises it, counted from the route topic's offsets as ingress counts.
+            doc.delivery_count = self.ingress.delivery.routed(
+                self.rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
+                doc.delivery_count)
             if self.batch.suspending_runs and (self.now is None or doc.ts > self.now):
                 await self.settle()
             self._advance(doc.ts)
@@ -454,7 +482,7 @@ class PartitionWorker(ControlMixin):
         key = self._key_text(delivery.key)
         record = Record(topic, delivery.partition, delivery.offset, delivery.ts,
                         decode_value(delivery.value), key,
-                        wire.header_dict(delivery.headers) if delivery.headers else {})
+                        self._headers(delivery))
         identity = None if trigger is not None else self.where(delivery)
         self.journal.append(JournalRecord(trigger, J.BAD_INPUT, identity, None, delivery.ts,
                                           topic, delivery.partition, delivery.offset, reason))
@@ -533,7 +561,9 @@ class PartitionWorker(ControlMixin):
         if size <= limit:
             return
         members = {t: m for t, m in state["members"].items() if t != doc.type}
-        processor.joins.restore(activation, {**state, "members": members} if members else None)
+        kept = {k: v for k, v in state.items() if k not in ("deadline", "members")}
+        processor.joins.restore(activation, {**state, "members": members} if members
+                                else kept or None)  # expired members stay remembered
         sink.journal.pop()
         self._too_large(processor, doc, limits.too_large(
             f"the open join of activation {limits.clip(activation)!r} with this document",
@@ -588,6 +618,7 @@ class PartitionWorker(ControlMixin):
         await flush_state(rt.sender, self.before_runs)
         await run_services(batch.takes, rt.slots, rt.retry_sleep, rt.metrics.observe_service,
                            rt.offload)
+        refuse_oversized_results(batch.takes, rt.options.max_record_bytes)
         complete_runs(batch, self._hold_suspended)
         await deliver_replies(rt, [t for t in batch.takes if not t.rolled_back])
 
@@ -722,6 +753,71 @@ class HeldInControl:
             self.control[key] = {"reason": reason}
         elif key in self.control:
             del self.control[key]
+
+
+def _text(data: str | bytes | None) -> str | None:
+    """The data as UTF-8 text, or None when it is not (never raises)."""
+    try:
+        if isinstance(data, str):
+            data.encode("utf-8")  # a name read with surrogateescape is not text
+            return data
+        return bytes(data).decode("utf-8") if data is not None else None
+    except (UnicodeError, TypeError, ValueError):
+        return None
+
+
+def _base64(data: str | bytes | None) -> str:
+    try:
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogateescape")
+        return base64.b64encode(bytes(data or b"")).decode("ascii")
+    except (UnicodeError, TypeError, ValueError):
+        return ""
+
+
+def raw_letter(delivery: wire.Delivery, topic: str, reason: str, limit: int) -> Output:
+    """The dead-letter copy of a record the worker failed on, from its bytes alone.
+
+    {"reason", "topic", "partition", "offset", "ts", "raw" (the value as UTF-8 text) or
+    "raw_base64", "headers": {name: text or null}, "headers_base64": [{"name", "value"}]
+    for the ones that are not UTF-8, "key_base64" when the key is not UTF-8}, the key as
+    the record's key when it is text.  Nothing here can fail on what the record holds.
+    """
+    body: dict[str, Any] = {"reason": reason, "topic": topic, "partition": delivery.partition,
+                            "offset": delivery.offset,
+                            "ts": seconds(delivery.ts) if type(delivery.ts) is int else None}
+    value = delivery.value
+    if value is not None:
+        text = _text(value)
+        if text is not None:
+            body["raw"] = text
+        else:
+            body["raw_base64"] = _base64(value)
+    headers: dict[str, str | None] = {}
+    binary: list[dict[str, str | None]] = []
+    for header in delivery.headers or ():
+        try:
+            name, data = header
+        except (TypeError, ValueError):
+            continue
+        name_text = _text(name)
+        data_text = _text(data)
+        if name_text is not None and (data is None or data_text is not None):
+            headers[name_text] = data_text
+        else:
+            binary.append({"name": _base64(name),
+                           "value": None if data is None else _base64(data)})
+    body["headers"] = headers
+    if binary:
+        body["headers_base64"] = binary
+    key = _text(delivery.key) if delivery.key else None
+    if delivery.key and key is None:
+        body["key_base64"] = _base64(delivery.key)
+    letter = Output(DEAD_LETTER_TOPIC, key, body, {"reason": limits.clip(reason)})
+    size = len(value or b"")
+    if limits.fit(letter, "dead-letter", [], limit):
+        letter.value["size"] = size
+    return letter
 
 
 def _claims(value: bytes | None) -> str:

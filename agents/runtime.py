@@ -6,6 +6,8 @@ import asyncio
 import logging
 from typing import Any
 
+from onceflow.tables.partition import StorageError
+
 from .context import Shared, StateTable, WorkerOptions
 from .partition import PartitionWorker, RecordFault
 from .wire import Delivery
@@ -88,6 +90,8 @@ class Runtime(Shared):
         """The partition's worker; state it cannot be built from stops the worker, saying so."""
         try:
             return self.worker(partition)
+        except StorageError:
+            raise  # said once for the worker (agents/faust_app.py)
         except Exception as exc:
             log.critical("onceflow: partition %s stops at record %s/%s@%s: its state cannot "
                          "be read: %r", partition, self.names.logical(delivery.topic),

@@ -13,8 +13,9 @@ whoever holds the token may suspend, resume and resubmit anyway.  A deployment w
 token has no secret: its route records are neither signed nor checked (the worker says so
 at start).  The signature covers the real topic name, the partition and the value, so a
 record signed for one partition or one deployment (topic prefix) is refused on another.
-It does not make a copy of a signed record unique: write access to the route topic stays
-an admin right (docs/operations.md, trust model).
+It does not make a copy of a signed record unique: an admin's controls carry an id and a
+time for that (agents/controls.py), and write access to the route topic stays an admin
+right (docs/operations.md, trust model).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
+
+from onceflow.envelope import H_REDELIVERY
 
 HEADER = "onceflow-signature"
 # Keeps the admin token itself from ever being an HMAC key: a signature made with this
@@ -68,7 +71,7 @@ class RouteSigner:
         return [(HEADER, _digest(self._sign, topic, partition, value))]
 
     def check(self, topic: str, partition: int, value: bytes | None,
-              headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+              headers: Sequence[tuple[str, bytes | None]] | None) -> str | None:
         """Why a record read from the route topic must not be applied, or None."""
         if not self._accept:
             return None
@@ -84,6 +87,52 @@ class RouteSigner:
             return ("its signature does not match: it was changed, copied from another "
                     "partition or deployment, or signed with another ONCEFLOW_ADMIN_TOKEN")
         return None
+
+
+    def redelivery_marker(self, topic: str, partition: int, original: str,
+                          value: bytes | None) -> str | None:
+        """The `onceflow-redelivery` header of a live replay's stand-in for a redelivery.
+
+        The stand-in is sent to `topic` (real name) and `partition`; `original` names the
+        record it stands in for, "<topic>/<partition>@<offset>" (logical topic).  The
+        signature covers both and the value, so a marker copied onto another record, or
+        to another partition or deployment, is not valid.  None: no admin token.
+        """
+        if self._sign is None:
+            return None
+        digest = _digest(self._sign, topic, partition, _marked(original, value))
+        return f"{original} {digest.decode('ascii')}"
+
+    def redelivery_of(self, topic: str, partition: int, value: bytes | None,
+                      marker: str) -> str | None:
+        """The coordinates a validly signed marker names; None for any other marker.
+
+        Never raises, whatever a publisher wrote in the header.
+        """
+        if not self._accept or len(marker) > 600:
+            return None
+        original, _, signature = marker.rpartition(" ")
+        if not original or len(signature) != 64:
+            return None
+        try:
+            given = signature.encode("ascii")
+            message = _marked(original, value)
+        except UnicodeEncodeError:
+            return None
+        if any(hmac.compare_digest(given, _digest(state, topic, partition, message))
+               for state in self._accept):
+            return original
+        return None
+
+
+# What a redelivery marker's signature covers besides the topic and partition: a prefix
+# that no route-topic value (a JSON object) starts with, so that neither kind of
+# signature is ever good for the other.
+_MARK = H_REDELIVERY.encode("ascii") + b"\x00"
+
+
+def _marked(original: str, value: bytes | None) -> bytes:
+    return _MARK + original.encode("utf-8") + b"\x00" + (value or b"")
 
 
 def _digest(state: hmac.HMAC, topic: str, partition: int, value: bytes) -> bytes:

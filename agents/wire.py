@@ -14,6 +14,8 @@ restart.
 
 from __future__ import annotations
 
+import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -41,6 +43,11 @@ SEED: Final = "seed"
 BARRIER: Final = "barrier"
 SWEEP: Final = "sweep"
 KINDS: Final = (DOC, TICK, SUSPEND, RESUME, FORGET, SEED, BARRIER, SWEEP)
+# Controls that act with an admin's power carry a unique "id" and the time they were made,
+# "at" (seconds), inside the signed value: a worker applies each once, and none older than
+# CONTROL_MAX_AGE seconds (agents/controls.py), so a copy produced again is refused.
+ADMIN_KINDS: Final = (SUSPEND, RESUME, FORGET, SEED, SWEEP)
+CONTROL_MAX_AGE: Final = 300.0
 
 
 class BadMessage(Exception):
@@ -69,6 +76,8 @@ _DOC_FIELDS: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "key": ((str,), True, False),
     "headers": ((dict,), True, False),
     "position": ((int,), False, False),
+    "redelivers": ((int,), True, False),
+    "resubmitted": ((bool,), False, False),
 }
 
 
@@ -146,6 +155,9 @@ def read_message(value: bytes | None) -> tuple[str, dict[str, Any], Document | N
             raise BadMessage("field 't' must be a non-empty array of trigger names")
         _check(message, "d", (dict,))
         return kind, message, routed_document(message["d"])
+    if kind in ADMIN_KINDS:
+        _check(message, "id", (str,), required=False)
+        _check(message, "at", _NUMBER, required=False)
     if kind == TICK:
         _check(message, "ts", _NUMBER)
     elif kind == BARRIER:
@@ -228,12 +240,16 @@ class Delivery:
     ts: Timestamp | None  # Kafka's ms; None only on the in-memory broker (no record time)
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    # A header value may be null (Kafka allows it; Java clients send them).
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
     handle: Any = None  # its topic-partition, under which the transport acknowledges it
 
 
-def header_dict(headers: list[tuple[str, bytes]] | None) -> dict[str, str]:
+def header_dict(headers: list[tuple[str, bytes | None]] | None) -> dict[str, str]:
     """Kafka headers as the core reads them (the last of a repeated name wins).
+
+    A header whose value is null is read as absent (so a null `message-id` or `dup-id`
+    is no header at all); dead-letter copies keep it as null (agents/partition.py).
 
     Values are decoded losslessly: a byte that is not UTF-8 becomes a lone surrogate
     ("surrogateescape", as header names are by record_batches.py), never U+FFFD, so two
@@ -252,7 +268,10 @@ def doc_message(triggers: list[str], doc: Document) -> bytes:
 
 
 def control_message(kind: str, **fields: Any) -> bytes:
-    """A tick or control message."""
+    """A tick or control message (an admin's control with a new id and the time now)."""
+    if kind in ADMIN_KINDS:
+        fields.setdefault("id", uuid.uuid4().hex)
+        fields.setdefault("at", time.time())
     return orjson.dumps({"k": kind, **fields})
 
 

@@ -234,7 +234,7 @@ class Bridge:
               f"({size} bytes of key and value) NOT forwarded: the target refuses it as too "
               f"large ({type(exc).__name__}); going on", file=sys.stderr, flush=True)
 
-    def _headers(self, record: Any) -> list[tuple[str, bytes]]:
+    def _headers(self, record: Any) -> list[tuple[str, bytes | None]]:
         headers = list(record.headers or ())
         if not any(name == H_DUP_ID for name, _ in headers):
             headers.append((H_DUP_ID, bridge_dup_id(

@@ -233,9 +233,9 @@ def add_console(app: OnceflowApp, settings: WorkerSettings,
                             headers={"Retry-After": "5"})
         items = []
         for record in found:
-            headers = {}
-            for name, value in record.headers or ():
-                headers[name] = value.decode("utf-8", "replace")
+            headers: dict[str, str | None] = {}
+            for name, value in record.headers or ():  # a header's value may be null
+                headers[name] = None if value is None else value.decode("utf-8", "replace")
             try:
                 value: Any = orjson.loads(record.value) if record.value is not None else None
             except orjson.JSONDecodeError:

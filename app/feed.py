@@ -1,11 +1,13 @@
 """A scenario as a live run sends it: headers that keep replay's identities and counts.
 
 A live run cannot make the broker redeliver a record, so (spec section 7) it sends the
-record again with `message-id` set to the first delivery's message id and
-`delivery-count` 2.  Every record carries `message-id` set to its scenario coordinates,
-so an identity taken from the message id is the one replay reports.  A shadow of ingress
-(the core's, over memory) tells which triggers will answer each record, so the runner
-knows what to wait for.
+record again with `message-id` set to the first delivery's message id,
+`delivery-count` 2 and a signed `onceflow-redelivery` marker naming the first delivery
+(the live run signs it, knowing where that delivery landed: `FeedRecord.redelivers`).
+Every record carries `message-id` set to its scenario coordinates, so an identity taken
+from the message id is the one replay reports.  A shadow of ingress (the core's, over
+memory) tells which triggers will answer each record, so the runner knows what to wait
+for.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from onceflow.agents.signing import RouteSigner
 from onceflow.agents.wire import route_partition
 from onceflow.engine import MemoryState
 from onceflow.envelope import (
     H_DELIVERY_COUNT,
     H_MESSAGE_ID,
+    H_REDELIVERY,
     Record,
+    coordinates,
     encode_value,
     record_time,
     seconds,
@@ -39,6 +44,7 @@ class FeedRecord:
     key: bytes | None
     headers: dict[str, str]
     answered_by: tuple[str, ...]  # trigger names; empty: ingress answers (trigger null)
+    redelivers: int | None = None  # a redelivery: the scenario offset it hands over again
 
 
 def feed(scenario: Scenario) -> Iterator[FeedRecord | Control]:
@@ -55,13 +61,15 @@ def feed(scenario: Scenario) -> Iterator[FeedRecord | Control]:
         headers = dict(record.headers)
         headers.setdefault(H_MESSAGE_ID, record.coordinates)
         highest = shadow.delivery.highest(record.topic, record.partition)
+        redelivers = None
         if highest is not None and record.offset <= highest:
             headers.setdefault(H_DELIVERY_COUNT, "2")
+            redelivers = record.offset
         document, targets, _ = shadow.admit_into(record, index, [])
         answered = tuple(t.name for t in targets) if document is not None else ()
         yield FeedRecord(index, record, encode_value(record.value),
                          record.key.encode() if record.key is not None else None,
-                         headers, answered)
+                         headers, answered, redelivers)
 
 
 def seed_message(seed: HistorySeed, base: float = 0) -> dict[str, Any]:
@@ -86,6 +94,37 @@ def seed_partitions(triggers: TriggerSet, seed: HistorySeed, partitions: int) ->
             return list(range(partitions))
         return [route_partition(seed.activation, partitions)]
     return [route_partition(seed.identity, partitions)]
+
+
+class StandIns:
+    """Where each scenario record was first sent, and the marker of each stand-in.
+
+    A live run's stand-in for the broker redelivering a record carries the header
+    `onceflow-redelivery`: the live coordinates of the first delivery, signed with the
+    run's admin key for the stand-in's topic, partition and value (spec section 7).
+    """
+
+    def __init__(self, signer: RouteSigner) -> None:
+        self.signer = signer
+        self._first: dict[tuple[str, int, int], int] = {}  # scenario coordinates -> live offset
+
+    def headers(self, item: FeedRecord, topic: str) -> dict[str, str]:
+        """The headers to send item with, to `topic` (its real name)."""
+        record = item.record
+        first = None
+        if item.redelivers is not None:
+            first = self._first.get((record.topic, record.partition, item.redelivers))
+        if first is None:
+            return item.headers
+        marker = self.signer.redelivery_marker(
+            topic, record.partition, coordinates(record.topic, record.partition, first),
+            item.value)
+        return item.headers if marker is None else {**item.headers, H_REDELIVERY: marker}
+
+    def sent(self, item: FeedRecord, live_offset: int) -> None:
+        """Remember where item landed (the first delivery of its coordinates counts)."""
+        record = item.record
+        self._first.setdefault((record.topic, record.partition, record.offset), live_offset)
 
 
 class JournalMapper:

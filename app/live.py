@@ -34,7 +34,7 @@ from onceflow.scenario import SUSPEND as SUSPEND_ACTION
 from onceflow.scenario import Control, Scenario, load_scenario
 
 from .broker import EmbeddedBroker, free_port
-from .feed import FeedRecord, JournalMapper, feed, seed_message, seed_partitions
+from .feed import FeedRecord, JournalMapper, StandIns, feed, seed_message, seed_partitions
 from .kafka import Producer, TopicFollower, read_topic
 from .process import WorkerProcess
 from .security import Cluster, as_cluster, security_from_env
@@ -100,6 +100,7 @@ class LiveRun:
         self.suspended: set[str] = set()
         self._answers: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
         self._seen = 0
+        self.stand_ins = StandIns(self.signer)
 
     async def run(self) -> list[dict[str, Any]]:
         """Start the worker, send everything, and return the journal in scenario terms."""
@@ -189,11 +190,13 @@ class LiveRun:
 
     async def _send(self, producer: Any, item: FeedRecord, ts_ms: int) -> int:
         record = item.record
-        headers = [(k, v.encode()) for k, v in item.headers.items()]
+        topic = self.names.topic(record.topic)
+        headers = [(k, v.encode()) for k, v in self.stand_ins.headers(item, topic).items()]
         metadata = await producer.send_and_wait(
-            self.names.topic(record.topic), item.value, key=item.key,
+            topic, item.value, key=item.key,
             partition=record.partition, timestamp_ms=ts_ms, headers=headers)
         self.mapper.sent(record, record.topic, record.partition, metadata.offset)
+        self.stand_ins.sent(item, int(metadata.offset))
         return int(metadata.offset)
 
     async def _wait_answers(self, journal: TopicFollower, item: FeedRecord,

@@ -321,11 +321,13 @@ async def resubmit_documents(triggers: TriggerSet, trigger: TriggerDef,
     """Decide in-doubt or error documents of a trigger again; where each one came from.
 
     For each journal record of that outcome (optionally only some identities) the original
-    record is read back from its input topic and routed to the trigger alone with its
-    delivery count raised, right after a control message that removes its history entry:
-    the processing-only entry of an in-doubt document, the failed entry of an error
-    document.  So the document is New again; a document that completed in the meantime
-    keeps its completed entry and comes out Duplicate.  `tell` hears what is skipped.
+    record is read back from its input topic and routed to the trigger alone, marked
+    resubmitted, with its delivery count raised, right after a control message that
+    removes its history entry (the processing-only entry of an in-doubt document, the
+    failed entry of an error document: for workers before 0.10, which do not read the
+    mark).  A resubmitted document is New for the trigger whatever its count, history or
+    resolver (spec section 1: the operator's decision replaces the exactly-once check),
+    and its run writes fresh history entries.  `tell` hears what is skipped.
 
     Every record is built and measured before anything is sent: a routed document larger
     than ONCEFLOW_MAX_RECORD_BYTES (an original near the limit, with its routing data)
@@ -368,6 +370,7 @@ async def resubmit_documents(triggers: TriggerSet, trigger: TriggerDef,
         if doc is None:
             continue
         doc.delivery_count = max(2, doc.delivery_count + 1)
+        doc.resubmitted = True  # New for the trigger, whatever its count or history
         key = routing_key(trigger, doc)
         entry = entry_key(trigger.routes_by_activation and doc.activation is not None,
                           doc.identity, doc.activation)

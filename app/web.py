@@ -25,7 +25,7 @@ from onceflow.durations import format_duration
 from onceflow.envelope import seconds
 from onceflow.errors import HistoryUnavailable, OnceflowError
 from onceflow.history import HistoryEntry, entry_key
-from onceflow.joins import current_state
+from onceflow.joins import current_state, open_join
 from onceflow.journal import ERROR, IN_DOUBT
 from onceflow.keys import key_prefix
 from onceflow.tables.outbox import Outbox
@@ -245,12 +245,15 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             forwarded = await forward(app, self, request, partition)
             if forwarded is not None:
                 return forwarded
-            state = current_state(durable_store(app, "joins", partition,
-                                                key_prefix(trigger)).get(activation))
+            stored = durable_store(app, "joins", partition, key_prefix(trigger)).get(activation)
+            # Members of expired joins that the activation remembers (their redelivery is
+            # join-expired again) are not an open join.
+            state = open_join(current_state(stored))
             if isinstance(state, dict) and isinstance(state.get("deadline"), int):
                 state = {**state, "deadline": seconds(state["deadline"])}  # shown in seconds
-            return self.json({"trigger": trigger, "activation": activation, "open": state,
-                              "partition": partition, "worker": str(app.conf.canonical_url)})
+            return self.json({"trigger": trigger, "activation": activation,
+                              "open": state, "partition": partition,
+                              "worker": str(app.conf.canonical_url)})
 
     class CommandView(View):
         async def post(self, request: Request, name: str, action: str) -> Response:

@@ -18,6 +18,7 @@ from onceflow.engine import load_callees
 from onceflow.errors import ConfigError
 from onceflow.triggers import load_triggers
 
+from .boundary import EXIT_SYSTEM
 from .membership import assignor_with, check_group, fingerprint
 from .settings import WorkerSettings
 from .topics import deployment_topics, ensure_topics
@@ -100,5 +101,12 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     # Each record leaves dozens of short-lived objects; a profile at saturation put 31% of
     # the worker's CPU in the collector with Python's default thresholds (700,10,10).
     gc.set_threshold(*settings.gc_threshold)
-    worker.execute_from_commandline()
+    try:
+        worker.execute_from_commandline()
+    except SystemExit:
+        if app.storage_failure is not None:
+            # The disk under ONCEFLOW_DATA_DIR refused (said in one line when it happened):
+            # the operating system refused, as for any command (docs/operations.md).
+            return EXIT_SYSTEM
+        raise
     return 0

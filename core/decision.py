@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from .calls import DUPLICATE, IN_DOUBT, NEW, CallContext, Callee
 from .envelope import MAX_IDENTITY_LENGTH, Document, seconds
@@ -97,23 +97,42 @@ def _check_history(
     return Decision(Status.IN_DOUBT, why)
 
 
+def resolve(
+    trigger: TriggerDef,
+    document: Document,
+    resolver: Callee,
+    why: str,
+    entry: dict[str, object] | None = None,
+    payload: Any = None,
+    identity: str | None = None,
+) -> Decision:
+    """Ask the resolver (step 3) about a document, or about `payload` for it.
+
+    A join's interrupted run asks once with the join document (`payload`) and the run's
+    `identity`.
+    """
+    return _resolve(trigger, document, resolver, why, entry, payload, identity)
+
+
 def _resolve(
     trigger: TriggerDef,
     document: Document,
     resolver: Callee,
     why: str,
     entry: dict[str, object] | None = None,
+    payload: Any = None,
+    identity: str | None = None,
 ) -> Decision:
     context = CallContext(
         trigger=trigger.name,
-        identity=document.identity,
+        identity=document.identity if identity is None else identity,
         activation=document.activation,
         delivery_count=document.delivery_count,
         message_id=document.message_id,
         history=entry,
     )
     try:
-        answer = resolver.call(document.envelope, context)
+        answer = resolver.call(document.envelope if payload is None else payload, context)
     except TransientError as exc:
         return decide_unavailable(trigger, document, None, f"resolver unavailable: {exc}")
     except Exception as exc:

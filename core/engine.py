@@ -9,21 +9,20 @@ from __future__ import annotations
 import base64
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from .calls import Callee, load_callee
 from .envelope import Document, Record, Timestamp
 from .ingress import Ingress
 from .journal import JournalRecord
 from .partition import HeldInMemory, Partition
+from .processor import DEAD_LETTER_TOPIC as DEAD_LETTER_TOPIC
 from .processor import HELD, Output, Run, Sink, TriggerProcessor, _Held
 from .running import AwaitRunner, run_service
 from .scenario import SUSPEND, Control
 from .scripted import RESOLVERS, SERVICES
 from .store import Store
 from .triggers import TriggerDef, TriggerSet
-
-DEAD_LETTER_TOPIC: Final = "onceflow.dead-letter"
 
 
 def keyed_dict() -> dict[str, Any]:

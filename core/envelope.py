@@ -15,6 +15,11 @@ H_MESSAGE_ID: Final = "message-id"
 H_DELIVERY_COUNT: Final = "delivery-count"
 H_DUP_ID: Final = "dup-id"
 H_REPLY_TO: Final = "reply-to"
+# A live replay's stand-in for a redelivery (spec section 7): "<topic>/<partition>@<offset>"
+# of the record it stands in for, and a signature.  Only a runner that checks the
+# signature (agents/signing.py) acts on it, by setting Record.redelivers; the core never
+# reads this header.
+H_REDELIVERY: Final = "onceflow-redelivery"
 
 UNDEFINED_DELIVERY: Final = -1
 ENVELOPE_STRINGS: Final = ("type", "uuid", "activation")
@@ -266,12 +271,17 @@ class Record:
     value: Any
     key: str | None
     headers: dict[str, str]
+    # Set by a runner, never from a header alone: the offset (of this topic partition)
+    # of an earlier record that this one is a verified stand-in for (a live replay's
+    # signed redelivery marker).  None: the record is only itself.
+    redelivers: int | None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return by_fields(self)
 
     def __init__(self, topic: str, partition: int, offset: int, ts: Timestamp, value: Any,
-                 key: str | None = None, headers: dict[str, str] | None = None) -> None:
+                 key: str | None = None, headers: dict[str, str] | None = None,
+                 redelivers: int | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.offset = offset
@@ -279,6 +289,12 @@ class Record:
         self.value = value
         self.key = key
         self.headers = {} if headers is None else headers
+        self.redelivers = redelivers
+
+    @property
+    def delivered_offset(self) -> int:
+        """The offset this delivery is of: its own, or the one a stand-in stands in for."""
+        return delivered_offset(self.offset, self.redelivers)
 
     @property
     def coordinates(self) -> str:
@@ -319,6 +335,10 @@ class Document:
     key: str | None
     headers: dict[str, str]
     position: int
+    redelivers: int | None  # see Record.redelivers
+    # Sent again by an operator (`onceflow resubmit`): New for its trigger whatever its
+    # count, history or resolver (spec section 1).
+    resubmitted: bool
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return by_fields(self)
@@ -327,7 +347,8 @@ class Document:
                  envelope: dict[str, Any], ts: Timestamp, topic: str, partition: int,
                  offset: int, message_id: str | None, delivery_count: int,
                  key: str | None = None, headers: dict[str, str] | None = None,
-                 position: int = 0) -> None:
+                 position: int = 0, redelivers: int | None = None,
+                 resubmitted: bool = False) -> None:
         self.type = type
         self.identity = identity
         self.activation = activation
@@ -341,6 +362,13 @@ class Document:
         self.key = key
         self.headers = {} if headers is None else headers
         self.position = position
+        self.redelivers = redelivers
+        self.resubmitted = resubmitted
+
+    @property
+    def delivered_offset(self) -> int:
+        """The offset of the record this delivery is of (see Record.delivered_offset)."""
+        return delivered_offset(self.offset, self.redelivers)
 
     @property
     def message_id(self) -> str:
@@ -365,7 +393,7 @@ class Document:
 
     def to_json(self) -> dict[str, Any]:
         """A plain JSON-able form, for tables, repartition topics and join state."""
-        return {
+        data: dict[str, Any] = {
             "type": self.type,
             "identity": self.identity,
             "activation": self.activation,
@@ -380,6 +408,12 @@ class Document:
             "headers": self.headers,
             "position": self.position,
         }
+        # Only when set: most documents have neither, and readers before 0.10 know neither.
+        if self.redelivers is not None:
+            data["redelivers"] = self.redelivers
+        if self.resubmitted:
+            data["resubmitted"] = True
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Document:
@@ -404,19 +438,38 @@ class Document:
             key=data.get("key"),
             headers=data.get("headers") or {},
             position=data.get("position", 0),
+            redelivers=data.get("redelivers"),
+            resubmitted=data.get("resubmitted") is True,
         )
 
 
-def is_redelivery(first_offset: int | None, first_message_id: str, offset: int,
-                  message_id: str, delivery_count: int) -> bool:
-    """Whether a record of a partition is the broker's redelivery of an earlier one there.
+def delivered_offset(offset: int, redelivers: int | None) -> int:
+    """The offset a delivery is of: `redelivers` when it names an earlier offset, else `offset`.
 
-    Only the same offset is (spec section 2), or, where a runner cannot make the broker
-    redeliver (a live replay), a record with `delivery-count` > 1 and the first record's
-    message id.  A producer retry copies every header but gets a new offset and no
-    delivery count, so it is not one.
+    A stand-in always comes after the record it stands in for; a marker naming this or a
+    later offset means nothing and is ignored.
     """
-    return offset == first_offset or (delivery_count > 1 and message_id == first_message_id)
+    if redelivers is not None and 0 <= redelivers < offset:
+        return redelivers
+    return offset
+
+
+def parse_coordinates(text: str) -> tuple[str, int, int] | None:
+    """(topic, partition, offset) of "<topic>/<partition>@<offset>", or None.
+
+    Partition and offset are plain ASCII digits (at most 18); anything else, from a
+    header a publisher wrote, is None, never an exception.
+    """
+    if len(text) > 400:
+        return None
+    topic, slash, rest = text.rpartition("/")
+    partition, at, offset = rest.partition("@")
+    if not slash or not at or not topic:
+        return None
+    for digits in (partition, offset):
+        if not digits or len(digits) > 18 or not digits.isascii() or not digits.isdigit():
+            return None
+    return topic, int(partition), int(offset)
 
 
 class BadEnvelope(Exception):

@@ -10,14 +10,15 @@ from .envelope import (
     H_DELIVERY_COUNT,
     H_DUP_ID,
     H_MESSAGE_ID,
+    MAX_DELIVERY_COUNT,
     MAX_DEPTH,
+    UNDEFINED_DELIVERY,
     BadEnvelope,
     Document,
     Record,
     check_envelope,
     envelope_fields,
     header_problem,
-    is_redelivery,
     nested_deeper_than,
     parse_delivery_count,
 )
@@ -68,15 +69,17 @@ class IdCache:
     """A fixed-size circular cache of duplicate IDs for one topic-partition.
 
     With size n, the (n+1)th ID stored overwrites slot 0.  Each ID remembers the offset
-    and the message id of the record that first carried it: the broker redelivering that
-    same record is not a resend (Artemis checks IDs when a message is sent to an address,
-    never when a queue redelivers it), so it passes on to the exactly-once check.  Any
-    other record carrying a cached ID is dropped, a producer retry that copies the first
-    record's headers included (see envelope.is_redelivery).
+    of the record that first carried it: the broker redelivering that same record is not
+    a resend (Artemis checks IDs when a message is sent to an address, never when a queue
+    redelivers it), so it passes on to the exactly-once check.  Any other record carrying
+    a cached ID is dropped, whatever its headers say: a producer retry copies every
+    header (`delivery-count` and `message-id` included), and a publisher can write any.
+    A live replay's stand-in for a redelivery passes when its signed marker, checked by
+    the runner, names that offset (Record.delivered_offset).
 
-    Stored per ID: `[slot, message_id, offset]` (`[slot, message_id]` as written by
-    versions before 0.9: such an entry passes only a record with a delivery count above
-    1 and the same message id).
+    Stored per ID: `[slot, message_id, offset]`.  An entry written by versions before
+    0.9, `[slot, message_id]`, has no offset, so no record can be shown to be a
+    redelivery of its first carrier: every record with that ID is dropped.
     """
 
     __slots__ = ("_store", "_scope", "size", "_next")
@@ -87,15 +90,16 @@ class IdCache:
         self.size = size
         self._next: int = store.get(scope + "#next") or 0
 
-    def seen(self, dup_id: str, message_id: str, offset: int, delivery_count: int) -> bool:
-        """Record dup_id; True when another record already carried it (drop this one)."""
+    def seen(self, dup_id: str, message_id: str, offset: int) -> bool:
+        """Record dup_id; True when another record already carried it (drop this one).
+
+        `offset`: the offset the delivery is of (Record.delivered_offset).
+        """
         store = self._store
         id_key = self._scope + "|" + dup_id
         first = store.get(id_key)
         if first is not None:
-            first_offset = first[2] if len(first) > 2 else None
-            return not is_redelivery(first_offset, first[1], offset, message_id,
-                                     delivery_count)
+            return not (len(first) > 2 and first[2] == offset)
         slot = self._next
         slot_key = self._scope + "#" + str(slot)
         evicted = store.get(slot_key)
@@ -121,32 +125,106 @@ class IdCache:
         return out
 
 
+# How many redelivered offsets a partition's progress remembers with their counts.  Beyond
+# it the lowest go: a redelivery of one of them counts 2 again (still a redelivery).
+MAX_REDELIVERED_OFFSETS: Final = 4096
+
+
+def combined_count(derived: int, header: str | None) -> int:
+    """The delivery count max(D, H) of spec section 1.
+
+    The header only raises a count; one that is not a plain count (1 to 2^31-1) is
+    ignored, and makes the count undefined (-1) only when D is 1.
+    """
+    if header is None:
+        return derived
+    given = parse_delivery_count(header)
+    if given == UNDEFINED_DELIVERY:
+        return UNDEFINED_DELIVERY if derived == 1 else derived
+    return given if given > derived else derived
+
+
+def header_ignored(headers: dict[str, str] | None) -> str | None:
+    """Why a record's `delivery-count` header was ignored, or None (absent or a count)."""
+    header = headers.get(H_DELIVERY_COUNT) if headers else None
+    if header is None or parse_delivery_count(header) != UNDEFINED_DELIVERY:
+        return None
+    shown = header if len(header) <= 40 else header[:40] + "..."
+    return (f"header 'delivery-count' {shown!r} is not a count from 1 to "
+            f"{MAX_DELIVERY_COUNT}: ignored")
+
+
 class DeliveryCounter:
-    """Delivery counts from the header, or derived from per-partition progress.
+    """Delivery counts derived from per-partition progress (D), raised by the header (H).
 
     A record at or below the highest offset already started for its partition is a
-    redelivery (count 2); any other counts 1.  The store holds that highest offset, so
-    a worker that persists it knows after a restart which records it had started.
+    redelivery: count 1 + the number of earlier starts of that offset (2 the first
+    time, 3 the next, ...); any other counts 1.  The store holds, per partition, that
+    highest offset (key "<topic>/<partition>") and, for offsets started more than once
+    only, how many times they were redelivered (key "<topic>/<partition>#again": a dict
+    of offset text -> redeliveries, at most MAX_REDELIVERED_OFFSETS, the lowest evicted
+    first).  A worker flushes this store durably before any service runs, so after a
+    restart it knows which records it had started, and how often.
     """
 
-    __slots__ = ("_store", "_scopes")
+    __slots__ = ("_store", "_scopes", "_max_again")
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_redelivered: int = MAX_REDELIVERED_OFFSETS) -> None:
         self._store = store
         self._scopes: dict[str, dict[int, str]] = {}
+        self._max_again = max_redelivered
 
     def count(self, record: Record) -> int:
-        """The record's delivery count (-1 when the header cannot be read)."""
-        scope = self._scope(record.topic, record.partition)
-        highest = self._store.get(scope)
-        offset = record.offset
-        if highest is None or offset > highest:
-            self._store[scope] = offset
-            derived = 1
-        else:
-            derived = 2
+        """The record's delivery count (-1 when undefined, see combined_count)."""
+        derived = self.derive(record.topic, record.partition, record.offset,
+                              record.delivered_offset)
         header = record.headers.get(H_DELIVERY_COUNT) if record.headers else None
-        return derived if header is None else parse_delivery_count(header)
+        return combined_count(derived, header)
+
+    def derive(self, topic: str, partition: int, offset: int,
+               delivered: int | None = None) -> int:
+        """D for a record at `offset`, a delivery of `delivered` (default: the same).
+
+        Records the start: the next delivery of that offset counts one more.
+        """
+        scope = self._scope(topic, partition)
+        store = self._store
+        highest = store.get(scope)
+        if delivered is None:
+            delivered = offset
+        if highest is None or offset > highest:
+            store[scope] = offset
+            if delivered == offset:
+                return 1
+            highest = offset
+        if delivered > highest:  # cannot be (delivered <= offset), but never count it
+            return 1
+        again_key = scope + "#again"
+        stored = store.get(again_key)
+        again: dict[str, int] = dict(stored) if stored else {}
+        name = str(delivered)
+        before = again.get(name, 0)
+        again[name] = before + 1
+        if len(again) > self._max_again:
+            keep = sorted(again, key=int)[-self._max_again:]
+            again = {k: again[k] for k in keep}
+        store[again_key] = again
+        count = 2 + before
+        return count if count < MAX_DELIVERY_COUNT else MAX_DELIVERY_COUNT
+
+    def routed(self, topic: str, partition: int, offset: int, carried: int) -> int:
+        """The count of a routed document read at `offset` of the repartition topic.
+
+        It keeps the count it was routed with (`carried`); each redelivery of its route
+        record adds one (an undefined count becomes the route topic's).
+        """
+        derived = self.derive(topic, partition, offset)
+        if derived == 1:
+            return carried
+        if carried < 1:
+            return derived
+        total = carried + derived - 1
+        return total if total < MAX_DELIVERY_COUNT else MAX_DELIVERY_COUNT
 
     def highest(self, topic: str, partition: int) -> int | None:
         """The highest offset started on a partition, if any."""
@@ -249,7 +327,7 @@ class Ingress:
                 return None, (), too_long
         dup_id = headers.get(H_DUP_ID) if headers else None
         if dup_id is not None and self.cache(topic, record.partition).seen(
-                dup_id, record.message_id, record.offset, delivery_count):
+                dup_id, record.message_id, record.delivered_offset):
             uuid_seen, activation_seen = envelope_fields(value)
             journal.append(self._ingress_record(
                 record, J.DUPLICATE_ID, uuid_seen or record.message_id,
@@ -298,7 +376,8 @@ class Ingress:
             return None, (), reason
         document = Document(doc_type, identity, activation, value, record.ts, topic,
                             record.partition, record.offset, record.given_message_id,
-                            delivery_count, record.key, headers, position)
+                            delivery_count, record.key, headers, position,
+                            record.redelivers)
         return document, targets, None
 
     @staticmethod

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .envelope import Document, is_redelivery, record_time, seconds
+from .envelope import Document, delivered_offset, record_time, seconds
 from .store import Store
 from .triggers import ALL, ONLY_ONE, TriggerDef
 
@@ -98,21 +98,18 @@ class AllJoin:
 
     @staticmethod
     def waiting(state: Any, doc: Document) -> bool:
-        """Whether doc is a redelivery of the member of its type waiting in the open join."""
+        """Whether doc is a redelivery of the member of its type waiting in the open join.
+
+        Only the same record is: the same (topic, partition, offset), or a live replay's
+        verified stand-in for it.  Headers never make a record a redelivery: a re-sent
+        copy is a second instance of its type.
+        """
         if state is None:
             return False
         held = state["members"].get(doc.type)
         if held is None:
             return False
-        if isinstance(held, Document):
-            topic, partition, offset, message_id = (held.topic, held.partition, held.offset,
-                                                    held.message_id)
-        else:
-            topic, partition, offset, message_id = (held["topic"], held["partition"],
-                                                    held["offset"], held["message_id"])
-        return (topic == doc.topic and partition == doc.partition
-                and is_redelivery(offset, message_id, doc.offset, doc.message_id,
-                                  doc.delivery_count))
+        return member_coordinates(held) == (doc.topic, doc.partition, doc.delivered_offset)
 
     @staticmethod
     def deadline(state: Any) -> int | None:
@@ -122,6 +119,14 @@ class AllJoin:
     def on_timeout(self, state: Any) -> list[Document]:
         """The pending documents dropped by the time-out."""
         return [self._decode(m) for m in state["members"].values()]
+
+
+def member_coordinates(held: Any) -> tuple[str, int, int]:
+    """(topic, partition, delivered offset) of a member as join state holds it."""
+    if isinstance(held, Document):
+        return held.topic, held.partition, held.delivered_offset
+    return (held["topic"], held["partition"],
+            delivered_offset(held["offset"], held.get("redelivers")))
 
 
 class OnlyOneJoin:
@@ -165,6 +170,41 @@ class OnlyOneJoin:
         return []
 
 
+# Join state keeps, beside an activation's open join, the members that its expired joins
+# dropped ("gone": {"until": the latest of their times, "coords": [[topic, partition,
+# offset, until], ...]}), so that a redelivery of one of them is journaled join-expired
+# again and opens no join (spec section 4).  Each is kept until its join's deadline plus
+# the trigger's history_ttl (a redelivery with a later record time is a new document), at
+# most MAX_GONE members per activation (the oldest go first).
+GONE: Final = "gone"
+MAX_GONE: Final = 64
+
+
+def open_join(stored: Any) -> Any:
+    """The open join (or window) of a value a join store holds (None: none is open)."""
+    return _open_part(stored)
+
+
+def _open_part(stored: Any) -> Any:
+    """The open join (or window) of a stored value, without its expired members."""
+    if stored is None or GONE not in stored:
+        return stored
+    if len(stored) == 1:
+        return None
+    state = dict(stored)
+    del state[GONE]
+    return state
+
+
+def _with_gone(state: Any, gone: Any) -> Any:
+    """The stored value of an open join (or None) and expired members (or None)."""
+    if gone is None:
+        return state
+    if state is None:
+        return {GONE: gone}
+    return {**state, GONE: gone}
+
+
 def current_state(state: Any) -> Any:
     """A stored join state in this version's terms: its deadline in whole milliseconds.
 
@@ -189,6 +229,12 @@ class _CurrentStates:
     def get(self, key: Any, default: Any = None, /) -> Any:
         value = self._store.get(key)
         return default if value is None else current_state(value)
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self._store.get(key)
+        if value is None:
+            raise KeyError(key)
+        return current_state(value)
 
     def __setitem__(self, key: Any, value: Any, /) -> None:
         self._store[key] = value
@@ -229,17 +275,29 @@ class JoinBook:
             self.condition = OnlyOneJoin(trigger.join_timeout)
         else:
             raise ValueError(f"trigger {trigger.name!r} has no join condition")
-        # The heap of (deadline, activation); runners may peek at deadlines[0].
+        self.keep_expired = trigger.history_ttl
+        # The heap of (time in ms, activation): each open join's deadline, or when the
+        # expired members an activation remembers are forgotten; runners may peek at
+        # deadlines[0].
         self.deadlines: list[tuple[int, str]] = []
         self.rebuild_index()
+
+    def _wake(self, stored: Any) -> int | None:
+        """When a stored value next changes with time (None: never)."""
+        deadline = self.condition.deadline(_open_part(stored))
+        gone = stored.get(GONE) if stored is not None else None
+        if gone is None:
+            return deadline
+        until: int = gone["until"]
+        return until if deadline is None or until < deadline else deadline
 
     def rebuild_index(self) -> None:
         """Rebuild the deadline index from the store (after a restart or rebalance)."""
         entries = []
-        for activation, state in self.store.items():
-            deadline = self.condition.deadline(state)
-            if deadline is not None:
-                entries.append((deadline, activation))
+        for activation, stored in self.store.items():
+            wake = self._wake(stored)
+            if wake is not None:
+                entries.append((wake, activation))
         self.deadlines[:] = entries  # in place: runners hold a reference to the list
         heapq.heapify(self.deadlines)
 
@@ -247,18 +305,26 @@ class JoinBook:
         """Feed a New document of this trigger into the join of its activation."""
         activation = doc.activation
         assert activation is not None
-        state = self.store.get(activation)
+        stored = self.store.get(activation)
+        state = _open_part(stored)
         new_state, step = self.condition.on_document(state, doc)
+        step.previous = stored
         if step.kind == DISCARDED:
             return step
-        if new_state is None:
-            if state is not None:
-                del self.store[activation]
-        else:
-            self.store[activation] = new_state
-            if state is None:
-                self._index(activation, new_state)
+        new_stored = _with_gone(new_state, stored.get(GONE) if stored is not None else None)
+        self._put(activation, stored, new_stored)
         return step
+
+    def _put(self, activation: str, stored: Any, new_stored: Any) -> None:
+        """Store an activation's new value (None: remove it) and index when it wakes."""
+        if new_stored is None:
+            if stored is not None:
+                del self.store[activation]
+            return
+        self.store[activation] = new_stored
+        wake = self._wake(new_stored)
+        if wake is not None and (stored is None or wake != self._wake(stored)):
+            heapq.heappush(self.deadlines, (wake, activation))
 
     def waiting(self, doc: Document) -> bool:
         """Whether doc is a redelivery of a document waiting in its activation's open join.
@@ -269,68 +335,111 @@ class JoinBook:
         condition = self.condition
         if doc.activation is None or not condition.holds_members:
             return False
-        return condition.waiting(self.store.get(doc.activation), doc)
+        return condition.waiting(_open_part(self.store.get(doc.activation)), doc)
+
+    def expired(self, doc: Document) -> bool:
+        """Whether doc is a redelivery of a member an expired join of its activation dropped."""
+        if doc.activation is None:
+            return False
+        stored = self.store.get(doc.activation)
+        gone = stored.get(GONE) if stored is not None else None
+        if gone is None or doc.ts > gone["until"]:
+            return False
+        where = [doc.topic, doc.partition, doc.delivered_offset]
+        return any(list(coords[:3]) == where and doc.ts <= coords[3]
+                   for coords in gone["coords"])
 
     def members(self, activation: str) -> list[Document]:
         """The documents waiting in one activation's open join (none for a window)."""
-        state = self.store.get(activation)
+        state = _open_part(self.store.get(activation))
         if state is None or "members" not in state:
             return []
         return self.condition.on_timeout(state)
 
     def drop_members(self, activation: str, types: set[str]) -> None:
         """Remove the waiting members of these types (the join is closed when none stay)."""
-        state = self.store.get(activation)
+        stored = self.store.get(activation)
+        state = _open_part(stored)
         if state is None or "members" not in state:
             return
         members = {t: m for t, m in state["members"].items() if t not in types}
-        if members:
-            self.store[activation] = {"deadline": state["deadline"], "members": members}
-        else:
-            del self.store[activation]
+        new_state = {"deadline": state["deadline"], "members": members} if members else None
+        self._put(activation, stored, _with_gone(new_state, stored.get(GONE)))
 
     def restore(self, activation: str, previous: Any) -> None:
         """Undo a document's effect on its join (the run was suspended)."""
+        stored = self.store.get(activation)
         if previous is None:
-            if activation in self.store:
+            if stored is not None:
                 del self.store[activation]
         else:
             self.store[activation] = previous
-            self._index(activation, previous)
+            wake = self._wake(previous)
+            if wake is not None:
+                heapq.heappush(self.deadlines, (wake, activation))
 
     def next_deadline(self) -> int | None:
         """The earliest deadline in the index (may be stale)."""
         return self.deadlines[0][0] if self.deadlines else None
 
     def expire(self, now: int) -> list[tuple[str, list[Document]]]:
-        """Close every join whose deadline has passed (deadline < now)."""
+        """Close every join whose deadline has passed (deadline < now).
+
+        Also forgets the expired members an activation remembers once their time is past.
+        """
         expired: list[tuple[str, list[Document]]] = []
         heap = self.deadlines
+        condition = self.condition
         while heap and heap[0][0] < now:
-            deadline, activation = heapq.heappop(heap)
-            state = self.store.get(activation)
-            if state is None or self.condition.deadline(state) != deadline:
+            wake, activation = heapq.heappop(heap)
+            stored = self.store.get(activation)
+            if stored is None or self._wake(stored) != wake:
                 continue  # completed or replaced since it was indexed
-            del self.store[activation]
-            expired.append((activation, self.condition.on_timeout(state)))
+            state = _open_part(stored)
+            gone = stored.get(GONE)
+            dropped: list[Document] = []
+            deadline = condition.deadline(state)
+            if deadline is not None and deadline < now:
+                dropped = condition.on_timeout(state)
+                state = None
+                if dropped:
+                    until = deadline + self.keep_expired
+                    kept = gone["coords"] if gone is not None else []
+                    added: list[list[Any]] = [[*member_coordinates(doc), until]
+                                              for doc in dropped]
+                    gone = {"until": until, "coords": (list(kept) + added)[-MAX_GONE:]}
+            if gone is not None:
+                live: list[list[Any]] = [c for c in gone["coords"] if c[3] >= now]
+                if not live:
+                    gone = None
+                elif len(live) < len(gone["coords"]):
+                    latest: int = max(c[3] for c in live)
+                    gone = {"until": latest, "coords": live}
+            new_stored = _with_gone(state, gone)
+            if new_stored is None:
+                del self.store[activation]
+            else:
+                self.store[activation] = new_stored
+                next_wake = self._wake(new_stored)
+                if next_wake is not None:
+                    heapq.heappush(heap, (next_wake, activation))
+            if dropped:
+                expired.append((activation, dropped))
         return expired
 
     def pending(self) -> list[Document]:
         """Every document waiting in an open join (for views, audits and tests)."""
         out: list[Document] = []
-        for state in self.store.values():
-            if "members" in state:
+        for stored in self.store.values():
+            state = _open_part(stored)
+            if state is not None and "members" in state:
                 out.extend(self.condition.on_timeout(state))
         return out
 
     def get(self, activation: str) -> Any:
-        """The state of one activation's join (for views)."""
-        return self.store.get(activation)
+        """The state of one activation's open join (for views); None when none is open."""
+        return _open_part(self.store.get(activation))
 
     def __len__(self) -> int:
-        return len(self.store)
-
-    def _index(self, activation: str, state: Any) -> None:
-        deadline = self.condition.deadline(state)
-        if deadline is not None:
-            heapq.heappush(self.deadlines, (deadline, activation))
+        """How many joins (or windows) are open; remembered expired members are not counted."""
+        return sum(1 for stored in self.store.values() if _open_part(stored) is not None)

@@ -12,10 +12,11 @@ from typing import Any, Final
 
 from . import journal as J
 from .calls import CallContext, Callee
-from .decision import Status, decide, decide_unavailable
+from .decision import Decision, Status, decide, decide_unavailable, resolve
 from .envelope import H_DUP_ID, MAX_IDENTITY_LENGTH, Document, Timestamp
 from .errors import HistoryUnavailable
-from .history import History, history_key
+from .history import History, HistoryEntry, history_key
+from .ingress import header_ignored
 from .joins import COMPLETE, DISCARDED, JoinBook, join_document
 from .journal import JournalRecord
 from .pickling import by_fields
@@ -101,6 +102,14 @@ class Sink:
 
 WAITING_AGAIN: Final = ("delivered again while waiting in the open join: its outcome is "
                         "journaled when the join completes or expires")
+EXPIRED_AGAIN: Final = ("delivered again after its join expired: it was dropped with the "
+                        "join and opens no new one")
+# Where a copy of every record or document that is not decided goes (nothing is lost).
+DEAD_LETTER_TOPIC: Final = "onceflow.dead-letter"
+
+
+def _with_note(reason: str, note: str | None) -> str:
+    return reason if note is None else f"{reason} ({note})"
 
 
 class _Held:
@@ -161,12 +170,26 @@ class TriggerProcessor:
             sink.journal.append(self._record(doc, J.BAD_INPUT, reason))
             sink.output(self._error_output([doc], doc.identity, None, "BadInput", reason, 0))
             return None
+        if doc.resubmitted:
+            # The operator's decision replaces the exactly-once check (spec section 1).
+            return self._admit_new(doc, sink)
         if joins is not None and joins.waiting(doc):
             # The broker delivered a waiting member again: not a second instance of its
             # type.  Its terminal record is the member's, when the join completes or
             # expires; a terminal record now would be contradicted then.
             sink.journal.append(self._record(doc, J.JOIN_PENDING, WAITING_AGAIN))
             return None
+        if joins is not None and joins.expired(doc):
+            sink.journal.append(self._record(doc, J.JOIN_EXPIRED, EXPIRED_AGAIN))
+            return None
+        limit = trigger.max_delivery_count
+        if limit is not None and doc.delivery_count >= limit:
+            self._too_many_deliveries(doc, limit, sink)
+            return None
+        if joins is not None and self.history is not None and joins.condition.holds_members:
+            unit = self._interrupted_join(doc)
+            if unit is not None:
+                return self._settle_join_unit(doc, unit[0], unit[1], sink)
         # Join triggers keep history under the activation (their routing key); an entry
         # loaded without one (history.jsonl, imports) applies to every activation.
         if joins is None:
@@ -177,16 +200,120 @@ class TriggerProcessor:
         status = decision.status
         if status is Status.NEW:
             return self._admit_new(doc, sink)
-        if joins is not None:
-            self._settle_ran_join(doc, sink)
+        reason = _with_note(decision.reason, header_ignored(doc.headers))
         if status is Status.DUPLICATE:
-            sink.journal.append(self._record(doc, J.DUPLICATE, decision.reason))
+            sink.journal.append(self._record(doc, J.DUPLICATE, reason))
         elif status is Status.REJECTED:
-            sink.journal.append(self._record(doc, J.REJECTED, decision.reason))
+            sink.journal.append(self._record(doc, J.REJECTED, reason))
         elif status is Status.IN_DOUBT:
-            self._in_doubt(doc, decision.reason, sink)
+            self._in_doubt(doc, reason, sink)
         else:
+            return self._suspend(doc, reason, sink)
+        return None
+
+    def _too_many_deliveries(self, doc: Document, limit: int, sink: Sink) -> None:
+        """Reject a document delivered max_delivery_count times: journal and dead letter."""
+        reason = (f"delivery count {doc.delivery_count} reached max_delivery_count "
+                  f"({limit}): not decided again; a copy went to {DEAD_LETTER_TOPIC}")
+        sink.journal.append(self._record(doc, J.REJECTED, reason))
+        body: dict[str, Any] = {
+            "reason": reason, "trigger": self.trigger.name, "identity": doc.identity,
+            "topic": doc.topic, "partition": doc.partition, "offset": doc.offset,
+            "ts": doc.ts, "delivery_count": doc.delivery_count, "headers": doc.headers,
+            "value": doc.envelope,
+        }
+        sink.output(Output(DEAD_LETTER_TOPIC, doc.key, body, {"reason": reason}))
+
+    def _interrupted_join(self, doc: Document) -> tuple[HistoryEntry, list[Document]] | None:
+        """The history entry and waiting members of a join run that a crash interrupted.
+
+        doc would complete its activation's open join, but its history already has an
+        entry: the run it completed before (one start time for every member) did not get
+        to close the join.  The waiting members were in that run when their own entries
+        carry its start time, or when they have none and arrived no later than it
+        started (a history seeded for the completing document alone).  None: not such a
+        case, doc is decided alone.
+        """
+        joins = self.joins
+        history = self.history
+        activation = doc.activation
+        assert joins is not None and history is not None and activation is not None
+        if len(doc.identity) > MAX_IDENTITY_LENGTH:
+            return None
+        state = joins.get(activation)
+        held = state.get("members") if state is not None else None
+        if not held or doc.type in held or len(held) + 1 != self._join_arity:
+            return None  # doc would not complete an open join
+        try:
+            entry = self._entry(doc, doc.ts)
+            if entry is None:
+                return None  # the usual case: doc is New and completes the join
+            waiting = joins.members(activation)
+            for member in waiting:
+                found = self._entry(member, doc.ts)
+                if found is None:
+                    if member.ts > entry.started:
+                        return None
+                elif found.started != entry.started:
+                    return None
+        except HistoryUnavailable:
+            return None  # decided alone, through the usual unavailable-history path
+        return entry, waiting
+
+    def _entry(self, doc: Document, now: Timestamp) -> HistoryEntry | None:
+        """The live history entry of doc under its activation, else one loaded without it."""
+        history = self.history
+        assert history is not None
+        entry = history.lookup(self._history_key(doc), now)
+        if entry is None and doc.activation is not None:
+            entry = history.lookup(history_key(doc.identity), now)
+        return entry
+
+    def _settle_join_unit(self, doc: Document, entry: HistoryEntry, waiting: list[Document],
+                          sink: Sink) -> Run | _Held | None:
+        """Decide an interrupted join run for all its members, on doc's history (spec 4).
+
+        A completed entry: every member duplicate (rejected when the run failed).  A
+        processing entry only: the resolver is asked once, with the join document; NEW
+        completes the join and runs it (fresh history entries); without a resolver, or
+        when it answers IN_DOUBT, every member is in-doubt and the join document goes to
+        the in-doubt topic.
+        """
+        activation = doc.activation
+        assert activation is not None and self.joins is not None
+        members = waiting + [doc]
+        identity = "+".join(member.identity for member in members)
+        payload = join_document(activation, members)
+        if entry.completed:
+            outcome = J.REJECTED if entry.failed else J.DUPLICATE
+            why = (f"its join already ran (started at {entry.started})"
+                   + (" and it failed" if entry.failed else "")
+                   + f": the history of {doc.identity}, which completed it, decides "
+                   f"for every member")
+            status = Status.REJECTED if entry.failed else Status.DUPLICATE
+            decision = Decision(status, why)
+        else:
+            why = (f"its join's run (started at {entry.started}) was interrupted: "
+                   f"{doc.identity}, which completed it, has a processing entry only")
+            if self.resolver is None:
+                decision = Decision(Status.IN_DOUBT, why)
+            else:
+                decision = resolve(self.trigger, doc, self.resolver, why, entry.describe(),
+                                   payload, identity)
+            outcome = {Status.DUPLICATE: J.DUPLICATE, Status.IN_DOUBT: J.IN_DOUBT}.get(
+                decision.status, J.IN_DOUBT)
+        if decision.status is Status.NEW:
+            return self._admit_new(doc, sink)
+        if decision.status is Status.SUSPEND:
             return self._suspend(doc, decision.reason, sink)
+        self.joins.drop_members(activation, {member.type for member in waiting})
+        for member in members:
+            sink.journal.append(self._record(member, outcome, decision.reason))
+        if outcome == J.IN_DOUBT and sink.outputs is not None:
+            headers = self._output_headers(identity, activation)
+            headers["reason"] = decision.reason
+            sink.outputs.append(Output(self.trigger.in_doubt, doc.key or activation, payload,
+                                       headers))
         return None
 
     def _admit_new(self, doc: Document, sink: Sink) -> Run | _Held | None:
@@ -216,44 +343,6 @@ class TriggerProcessor:
             except HistoryUnavailable as exc:
                 return self._history_write_failed(doc, run, str(exc), sink)
         return run
-
-    def _settle_ran_join(self, doc: Document, sink: Sink) -> None:
-        """Close what is left of a join that ran before a crash.
-
-        A run writes the processing entries of all its members (one start time) before
-        its service runs, and removes the join only with the completed entries.  A crash
-        in between leaves the members that waited still in the open join, durable, while
-        the run's journal records may already be out.  When the document that completed
-        the join is delivered again (not New: its history has the run's entry), members
-        whose entries carry the same start time were in that run: they leave the join as
-        duplicates instead of waiting until it expires (a second, contradicting outcome).
-        """
-        history = self.history
-        joins = self.joins
-        activation = doc.activation
-        if history is None or joins is None or activation is None:
-            return
-        waiting = joins.members(activation)
-        if not waiting:
-            return
-        try:
-            entry = history.lookup(self._history_key(doc), doc.ts)
-            if entry is None:
-                return
-            ran = []
-            for member in waiting:
-                found = history.lookup(self._history_key(member), member.ts)
-                if found is not None and found.started == entry.started:
-                    ran.append(member)
-        except HistoryUnavailable:
-            return  # the join stays; it completes or expires as usual
-        if not ran:
-            return
-        joins.drop_members(activation, {member.type for member in ran})
-        reason = (f"its join ran with {doc.identity} (the same run's history entry) "
-                  f"before a restart")
-        for member in ran:
-            sink.journal.append(self._record(member, J.DUPLICATE, reason))
 
     def _history_write_failed(self, doc: Document, run: Run, why: str,
                               sink: Sink) -> Run | _Held | None:
@@ -296,8 +385,11 @@ class TriggerProcessor:
                 note = f" (the completed entry could not be written: {exc})"
         if not failed:
             for member in run.members:
-                journal.append(self._record(member, J.PROCESSED, note or None,
-                                            result.attempts))
+                said: str | None = note or None
+                ignored = header_ignored(member.headers) if member.headers else None
+                if ignored is not None:
+                    said = f"{note.strip()}; {ignored}" if note else ignored
+                journal.append(self._record(member, J.PROCESSED, said, result.attempts))
             if result.value is not None and sink.outputs is not None:
                 sink.outputs.append(Output(
                     self.trigger.output, self._output_key(run), result.value,

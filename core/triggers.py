@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .durations import parse_duration
+from .envelope import MAX_DELIVERY_COUNT
 from .errors import ConfigError
 from .pickling import by_fields
 from .tomltext import toml_text
@@ -30,7 +31,7 @@ _TRIGGER_KEYS: Final = {
     "name", "types", "condition", "topics", "service", "join_timeout", "detect_duplicates",
     "use_history", "history_ttl", "resolver", "max_retry_attempts", "retry_interval",
     "on_retry_failure", "output", "error", "in_doubt", "history_sweep_interval",
-    "resource_check",
+    "resource_check", "max_delivery_count",
 }
 _TOPIC_KEYS: Final = {"id_cache_size", "persist_id_cache"}
 
@@ -91,6 +92,7 @@ class TriggerDef:
     in_doubt: str = ""
     history_sweep_interval: int = 600_000
     resource_check: str | None = None
+    max_delivery_count: int | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return by_fields(self)
@@ -301,6 +303,14 @@ def _parse_trigger(entry: Any, index: int, source: str, notes: _Notes) -> Trigge
     if on_failure not in (ON_FAILURE_ERROR, ON_FAILURE_SUSPEND):
         raise fail("on_retry_failure",
                    f'expected "error" or "suspend", got {toml_text(on_failure)}')
+    max_deliveries = entry.get("max_delivery_count")
+    if max_deliveries is not None and (
+            not isinstance(max_deliveries, int) or isinstance(max_deliveries, bool)
+            or not 1 <= max_deliveries <= MAX_DELIVERY_COUNT):
+        raise fail("max_delivery_count",
+                   f"expected a whole number from 1 to {MAX_DELIVERY_COUNT} (a document "
+                   f"delivered that many times is rejected and dead-lettered), or leave "
+                   f"the key out for no limit; got {toml_text(max_deliveries)}")
     ttl = duration("history_ttl", "2h")
     sweep = duration("history_sweep_interval", "10m")
     interval = duration("retry_interval", "10s")
@@ -324,6 +334,7 @@ def _parse_trigger(entry: Any, index: int, source: str, notes: _Notes) -> Trigge
         in_doubt=text("in_doubt", f"{name}.in-doubt") or f"{name}.in-doubt",
         history_sweep_interval=sweep,
         resource_check=text("resource_check", None),
+        max_delivery_count=max_deliveries,
     )
 
 

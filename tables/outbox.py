@@ -24,7 +24,7 @@ HEADER_OVERHEAD: Final = 10  # two length varints a header
 
 
 def record_size(key: bytes | None, value: bytes | None,
-                headers: Sequence[tuple[str, bytes]] = ()) -> int:
+                headers: Sequence[tuple[str, bytes | None]] = ()) -> int:
     """The bytes of a record batch that holds only this record (an upper bound).
 
     Kafka refuses a batch larger than `message.max.bytes`; a record that fits no batch
@@ -41,7 +41,7 @@ class OutRecord(NamedTuple):
 
     key: bytes | None
     value: bytes | None
-    headers: Sequence[tuple[str, bytes]] = ()
+    headers: Sequence[tuple[str, bytes | None]] = ()
     timestamp_ms: int | None = None
 
 
@@ -55,7 +55,8 @@ class Outbox:
         self.count = 0
 
     def add(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
-            headers: Sequence[tuple[str, bytes]] = (), timestamp_ms: int | None = None) -> None:
+            headers: Sequence[tuple[str, bytes | None]] = (),
+            timestamp_ms: int | None = None) -> None:
         """Queue one record."""
         bucket = self.records.get((topic, partition))
         if bucket is None:

@@ -11,9 +11,24 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from onceflow.errors import OnceflowError
+
 # Faust keeps the last changelog offset applied to a partition under this key, and starts
 # recovery after it.
 FAUST_OFFSET_KEY = b"__faust\0offset__"
+
+
+class StorageError(OnceflowError):
+    """The local store failed (a full disk, an I/O error): never a record's fault.
+
+    The worker stops on it (agents/partition.py, stops_the_worker); the message names the
+    store's directory and the cause.
+    """
+
+    def __init__(self, path: str, cause: BaseException) -> None:
+        super().__init__(f"the local store {path} failed: {cause}")
+        self.path = path
+        self.cause = cause
 
 
 class RawPartition(Protocol):
@@ -71,18 +86,34 @@ class RocksPartition:
     def _db(self) -> Any:
         return self._store._db_for_partition(self.partition)
 
+    def _failed(self, exc: Exception) -> StorageError:
+        """A failure of RocksDB (rocksdict raises plain Exceptions) as a StorageError."""
+        if isinstance(exc, StorageError):
+            return exc
+        try:
+            path = str(self._store.partition_path(self.partition))
+        except Exception:  # noqa: BLE001 - the message names what it can
+            path = f"of partition {self.partition}"
+        return StorageError(path, exc)
+
     def get(self, key: bytes) -> bytes | None:
         """The value under key, or None."""
-        value = self._db().get(key)
+        try:
+            value = self._db().get(key)
+        except Exception as exc:
+            raise self._failed(exc) from exc
         return None if value is None else bytes(value)
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Every (key, value) under prefix, in key order."""
-        for key, value in self._db().items(from_key=prefix):
-            if not key.startswith(prefix):
-                break
-            if key != FAUST_OFFSET_KEY:
-                yield bytes(key), bytes(value)
+        try:
+            for key, value in self._db().items(from_key=prefix):
+                if not key.startswith(prefix):
+                    break
+                if key != FAUST_OFFSET_KEY:
+                    yield bytes(key), bytes(value)
+        except Exception as exc:
+            raise self._failed(exc) from exc
 
     def apply(self, writes: Mapping[bytes, bytes | None], offset: int | None) -> None:
         """Write the batch and the changelog offset it reaches, atomically."""
@@ -97,4 +128,7 @@ class RocksPartition:
                 batch.put(key, value)
         if offset is not None:
             batch.put(FAUST_OFFSET_KEY, str(offset).encode())
-        self._db().write(batch)
+        try:
+            self._db().write(batch)
+        except Exception as exc:
+            raise self._failed(exc) from exc

@@ -8,8 +8,8 @@ class ReferenceIdCache:
 
     n slots; the (n+1)th id stored overwrites slot 0.  An id that is held is a duplicate
     unless the record carrying it is the one that first carried it (spec section 2: the
-    same offset, or a delivery count above 1 and the first carrier's message id).  A
-    dropped id is not stored again.
+    same offset; headers, the delivery count among them, prove nothing).  A dropped id is
+    not stored again.
     """
 
     def __init__(self, size: int) -> None:
@@ -20,9 +20,7 @@ class ReferenceIdCache:
     def seen(self, dup_id: str, message_id: str, offset: int, delivery_count: int) -> bool:
         if dup_id in self.first:
             first_message_id, first_offset = self.first[dup_id]
-            if offset == first_offset:
-                return False
-            return not (delivery_count > 1 and message_id == first_message_id)
+            return offset != first_offset
         evicted = self.slots[self.next]
         if evicted is not None:
             del self.first[evicted]

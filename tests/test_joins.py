@@ -83,7 +83,11 @@ def test_a_redelivery_of_a_waiting_member_is_neither_joined_nor_discarded() -> N
     assert not join.waiting(state, doc("a-1", "a", offset=4))  # a re-sent copy
     resent = doc("a-1", "a", offset=4)
     resent.given_message_id, resent.delivery_count = "a/0@3", 2
-    assert join.waiting(state, resent)  # a live replay's stand-in for a redelivery
+    assert not join.waiting(state, resent)  # headers claim a redelivery: a re-sent copy
+    resent.redelivers = 3
+    assert join.waiting(state, resent)  # a live replay's verified stand-in for one
+    resent.redelivers = 4  # a marker naming its own (or a later) offset means nothing
+    assert not join.waiting(state, resent)
     assert join.waiting(json.loads(json.dumps(state)), doc("a-1", "a", offset=3))
     assert not join.waiting(state, doc("b-1", "b", offset=3))
     assert not join.waiting(None, doc("a-1", "a", offset=3))

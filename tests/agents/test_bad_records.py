@@ -233,3 +233,63 @@ def _routed(identity: str, type: str = "inv", activation: str | None = None) -> 
     from onceflow.envelope import Document
     return Document(type, identity, activation, {"uuid": identity}, 4, type, 0, 9,
                     f"{type}/0@9", 1)
+
+
+# -- copies of an admin's controls ------------------------------------------------------
+
+async def test_a_control_is_applied_once_per_partition_even_after_a_restart() -> None:
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
+    suspend = wire.control_message(wire.SUSPEND, trigger="bill", reason="ops", journal=True)
+    resume = wire.control_message(wire.RESUME, trigger="bill", journal=True)
+    await c.runtime.handle([route_record(c, 0, suspend), route_record(c, 1, resume)])
+    c.runtime.forget_partitions([0])  # the ids applied are durable (the control table)
+    await c.runtime.handle([route_record(c, 2, suspend), doc("inv", 0, 1, uuid="i-1")])
+    assert [(x["outcome"], x["identity"]) for x in c.journal()] == [
+        ("suspended", None), ("resumed", None), ("bad-input", "onceflow.route/0@2"),
+        ("processed", "i-1")]
+    reason = c.journal()[2]["reason"]
+    assert reason.startswith("the suspend message onceflow.route/0@2 was not applied to "
+                             f"partition 0: control '{orjson.loads(suspend)['id']}' was "
+                             "applied here before (at offset 0)")
+    (letter,) = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
+    assert letter["value"] == orjson.loads(suspend)
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"at": 1.0}, "s ago, more than 300 s"),
+    ({"id": None}, "it has no id and time"),
+    ({"at": None}, "it has no id and time"),
+    ({"id": "x" * 101}, "its id is longer than 100 characters"),
+], ids=["old", "no-id", "no-time", "long-id"])
+async def test_a_control_too_old_or_without_id_and_time_is_refused(
+        fields: dict[str, Any], why: str) -> None:
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
+    message = orjson.loads(wire.control_message(wire.SUSPEND, trigger="bill", journal=True))
+    message.update(fields)
+    message = {k: v for k, v in message.items() if v is not None}
+    await c.runtime.handle([route_record(c, 0, orjson.dumps(message))])
+    (line,) = c.journal()
+    assert line["outcome"] == "bad-input" and why in line["reason"]
+    assert not c.runtime.worker(0).processors["bill"].suspended
+
+
+async def test_a_control_delivered_again_after_a_crash_is_not_a_copy() -> None:
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
+    suspend = wire.control_message(wire.SUSPEND, trigger="bill", reason="ops", journal=True)
+    await c.runtime.handle([route_record(c, 0, suspend)])
+    c.runtime.forget_partitions([0])
+    await c.runtime.handle([route_record(c, 0, suspend)])  # the same offset: a redelivery
+    assert [x["outcome"] for x in c.journal()] == ["suspended"]
+    assert c.broker.records(c.names.dead_letter) == []
+    assert c.runtime.worker(0).processors["bill"].suspended
+
+
+async def test_the_ids_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from onceflow.agents import controls
+
+    monkeypatch.setattr(controls, "MAX_APPLIED", 2)
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
+    values = [wire.control_message(wire.SWEEP) for _ in range(4)]
+    await c.runtime.handle([route_record(c, n, v) for n, v in enumerate(values)])
+    assert sorted(c.runtime.worker(0).applied.keys()) == sorted(
+        orjson.loads(v)["id"] for v in values[2:])

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from onceflow.agents import wire
-from onceflow.app.feed import JournalMapper, feed, seed_message, seed_partitions
+from onceflow.agents.signing import RouteSigner, route_key
+from onceflow.app.feed import JournalMapper, StandIns, feed, seed_message, seed_partitions
 from onceflow.app.replay import replay_scenario
 from onceflow.envelope import Record, seconds
 from onceflow.journal import contract_key
@@ -22,18 +23,22 @@ from onceflow.scenario import Control, load_scenario
 from .cluster import LocalCluster
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
+TOKEN = "the local run's admin token"
 
 
 async def run_local(folder: Path, partitions: int = 4) -> list[dict]:
     scenario = load_scenario(folder)
     topics = {r.topic for r in scenario.iter_records() if isinstance(r, Record)}
+    # As a live run: the run's own admin key signs its controls and the markers of the
+    # stand-ins for redeliveries.
     cluster = LocalCluster(scenario.triggers, partitions=partitions, base_dir=folder,
-                           extra_topics=tuple(sorted(topics)))
+                           extra_topics=tuple(sorted(topics)), route_keys=(route_key(TOKEN),))
+    stand_ins = StandIns(RouteSigner.from_tokens(TOKEN))
     names = cluster.names
     for seed in scenario.history:
         for partition in seed_partitions(scenario.triggers, seed, partitions):
-            cluster.broker.append(names.route, partition, _control(wire.SEED,
-                                                                   **seed_message(seed)))
+            cluster.broker.append(names.route, partition, _control(
+                names.route, partition, wire.SEED, **seed_message(seed)))
     await cluster.pump()
     mapper = JournalMapper()
     now = None
@@ -42,17 +47,20 @@ async def run_local(folder: Path, partitions: int = 4) -> list[dict]:
         if now is None or ts > now:
             now = ts
             for partition in range(partitions):
-                cluster.broker.append(names.route, partition, _control(wire.TICK, ts=seconds(ts)))
+                cluster.broker.append(names.route, partition, _control(
+                    names.route, partition, wire.TICK, ts=seconds(ts)))
         if isinstance(item, Control):  # the operator's command, as `onceflow suspend` sends it
             for partition in range(partitions):
                 cluster.broker.append(names.route, partition, _control(
-                    item.action, trigger=item.trigger, reason=REASONS[item.action],
-                    journal=partition == 0))
+                    names.route, partition, item.action, trigger=item.trigger,
+                    reason=REASONS[item.action], journal=partition == 0))
             await cluster.pump()
             continue
+        headers = stand_ins.headers(item, names.topic(item.record.topic))
         offset = cluster.send(item.record.topic, item.record.partition, item.value, ts=ts,
-                              key=item.key, headers=item.headers)
+                              key=item.key, headers=headers)
         mapper.sent(item.record, item.record.topic, item.record.partition, offset)
+        stand_ins.sent(item, offset)
         await cluster.pump()
     return [mapper.map(line) for line in cluster.journal()]
 
@@ -60,9 +68,11 @@ async def run_local(folder: Path, partitions: int = 4) -> list[dict]:
 REASONS = {"suspend": "suspended by command", "resume": "resumed by command"}
 
 
-def _control(kind: str, **fields: object):
+def _control(route: str, partition: int, kind: str, **fields: object):
     from onceflow.tables.outbox import OutRecord
-    return OutRecord(kind.encode(), wire.control_message(kind, **fields))
+    value = wire.control_message(kind, **fields)
+    signed = RouteSigner.from_tokens(TOKEN).headers(route, partition, value)
+    return OutRecord(kind.encode(), value, signed)
 
 
 @pytest.mark.parametrize("folder", sorted(p for p in SCENARIOS.iterdir()

@@ -97,17 +97,26 @@ def test_kafka_topic_names() -> None:
         assert illegal_topic_name(name), name
 
 
-async def test_a_service_result_over_the_limit_is_replaced_by_a_note() -> None:
+async def test_a_service_result_over_the_limit_is_an_error_with_an_error_document() -> None:
+    # The result cannot go by reference (it exists nowhere else): the run is an error.
     c = cluster({"name": "copy", "types": ["doc"], "service": "echo"}, max_record_bytes=20_000)
     value = orjson.dumps({"uuid": "d-1", "body": "x" * 19_950})
     await c.runtime.handle([wire.Delivery("doc", 0, 0, 1, b"d-1", value, [])])
     ((line),) = [orjson.loads(r.value) for r in c.broker.records(c.names.journal)]
-    assert line["outcome"] == "processed"
-    assert "the service result is" in line["reason"] and "not published" in line["reason"]
-    (out,) = values(c, "copy.out")
-    assert out["oversized"]["limit"] == 20_000 and out["identity"] == "d-1"
-    assert out["documents"] == [{"topic": "doc", "partition": 0, "offset": 0,
-                                 "identity": "d-1", "type": "doc"}]
+    assert line["outcome"] == "error"
+    assert line["reason"].startswith("ResultTooLarge: the service result is ")
+    assert "bytes over ONCEFLOW_MAX_RECORD_BYTES (20000): it was not published on copy.out" \
+        in line["reason"]
+    assert values(c, "copy.out") == []
+    (error,) = values(c, "copy.error")
+    assert error["identity"] == "d-1" and error["error"]["type"] == "ResultTooLarge"
+    size = int(error["error"]["message"].split(" is ")[1].split(" bytes")[0])
+    assert size > 20_000 and f"{size - 20_000} bytes over" in error["error"]["message"]
+    assert error["documents"][0]["offset"] == 0  # by reference: the input is large too
+    # A copy of the document is `rejected` (the earlier run failed), not `duplicate`.
+    await c.runtime.handle([wire.Delivery("doc", 0, 1, 2, b"d-1", value, [])])
+    assert [orjson.loads(r.value)["outcome"] for r in c.broker.records(c.names.journal)] \
+        == ["error", "rejected"]
 
 
 async def test_a_huge_identity_is_clipped_in_the_journal_and_outputs() -> None:

@@ -268,9 +268,11 @@ class _Crash(BaseException):
 async def test_a_join_that_ran_before_a_crash_does_not_expire_its_members_later() -> None:
     """Killed after the run's journal went out and before its join was removed.
 
-    The waiting member stays in the durable join; when the completing document is
-    delivered again it is decided from its history, and the member that ran with it
-    leaves the join as a duplicate: no `join-expired` after its `processed`.
+    The waiting member stays in the durable join, and the completed entries did not
+    become durable either (they go with the join change).  When the completing document
+    is delivered again its history (a processing entry only) decides for the whole run,
+    as one unit (spec section 4): no resolver, so both members are in-doubt, with one
+    in-doubt copy of the join document; no `join-expired` later.
     """
     pair = {"name": "pair", "service": "scripted",
             "types": ["l", "r"], "condition": "all", "join_timeout": "10s"}
@@ -309,12 +311,14 @@ async def test_a_join_that_ran_before_a_crash_does_not_expire_its_members_later(
     for trigger, outcome, identity in journal(second):
         if trigger == "pair":
             outcomes.setdefault(identity, []).append(outcome)
-    assert outcomes["l-1"] == ["join-pending", "processed", "duplicate"]
-    assert outcomes["r-1"][0] == "processed"
-    assert "join-expired" not in outcomes["r-1"] and len(outcomes["r-1"]) >= 2
+    assert outcomes["l-1"] == ["join-pending", "processed", "in-doubt"]
+    assert outcomes["r-1"] == ["processed", "in-doubt"]
     reason = next(line["reason"] for line in second.journal()
-                  if line["identity"] == "l-1" and line["outcome"] == "duplicate")
-    assert "r-1" in reason
+                  if line["identity"] == "l-1" and line["outcome"] == "in-doubt")
+    assert "r-1" in reason and "interrupted" in reason
+    (copy,) = second.broker.records("pair.in-doubt")
+    assert orjson.loads(copy.value)["documents"] == {
+        "l": {"uuid": "l-1", "activation": "x"}, "r": {"uuid": "r-1", "activation": "x"}}
 
 
 async def test_an_unreadable_history_value_is_in_doubt_until_resubmitted() -> None:

@@ -50,13 +50,15 @@ async def test_a_record_the_worker_fails_on_is_bad_input_and_the_partition_goes_
     fail_on(monkeypatch, "i-2")
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-2"),
                             doc("inv", 2, 3, uuid="i-3")])
-    assert journal(c) == [("bill", "processed", "i-1"), (None, "bad-input", "i-2"),
+    # The last resort reads nothing again: its identity is the record's coordinates, and
+    # the dead letter holds the record's bytes.
+    assert journal(c) == [("bill", "processed", "i-1"), (None, "bad-input", "inv/0@1"),
                           ("bill", "processed", "i-3")]
-    (bad,) = [line for line in c.journal() if line["identity"] == "i-2"]
+    (bad,) = [line for line in c.journal() if line["identity"] == "inv/0@1"]
     assert bad["reason"].startswith("the worker failed on record inv/0@1 (RuntimeError: no "
                                     "route for i-2)")
     letters = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
-    assert [(x["offset"], x["value"]) for x in letters] == [(1, {"uuid": "i-2"})]
+    assert [(x["offset"], x["raw"]) for x in letters] == [(1, '{"uuid":"i-2"}')]
     assert calls == ["i-1", "i-3"]  # each service once
 
     # The partition goes on with later records.
@@ -74,7 +76,7 @@ async def test_records_made_durable_before_the_failure_are_not_decided_again(
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-1"),
                             doc("inv", 2, 3, uuid="i-3"), doc("inv", 3, 4, uuid="i-4")])
     assert journal(c) == [("bill", "processed", "i-1"), ("bill", "duplicate", "i-1"),
-                          (None, "bad-input", "i-3"), ("bill", "processed", "i-4")]
+                          (None, "bad-input", "inv/0@2"), ("bill", "processed", "i-4")]
     # The first record was durable when i-3 failed and is not decided again; the copy was
     # not (its decision waited in the group) and is decided once more, alone.
     assert routed == ["i-1", "i-1", "i-3", "i-1", "i-3", "i-4"]
@@ -185,3 +187,60 @@ async def test_a_dead_letter_copy_keeps_a_key_that_is_not_utf8() -> None:
         (None, "bad-input", "inv/0@2")]
     letters = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
     assert [x.get("key_base64") for x in letters] == ["/wA=", None]
+
+
+async def test_a_null_header_value_reads_as_absent_and_stays_null_in_a_dead_letter() -> None:
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
+    await c.runtime.handle([
+        Delivery("inv", 0, 0, 1, None, orjson.dumps({"uuid": "i-1"}),
+                 [("message-id", None), ("dup-id", None), ("x", b"y")]),
+        Delivery("inv", 0, 1, 2, None, b"not json", [("trace", None), ("x", b"y")]),
+    ])
+    assert sorted(journal(c), key=lambda line: line[2]) == [("bill", "processed", "i-1"),
+                                                           (None, "bad-input", "inv/0@1")]
+    (letter,) = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
+    assert letter["headers"] == {"x": "y", "trace": None}
+
+
+async def test_the_last_resort_keeps_the_bytes_of_what_it_cannot_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The normal path and the reading of the record both fail: the dead letter is made
+    # from the record's bytes alone.
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
+    fail_on(monkeypatch, "i-1")
+    monkeypatch.setattr(partition_module.wire, "header_dict", _broken_header_dict)
+    await c.runtime.handle([
+        Delivery("inv", 0, 0, 1, b"\xff", orjson.dumps({"uuid": "i-1"}),
+                 [("n", None), ("t", b"text"), ("b", b"\xfe")]),
+    ])
+    assert journal(c) == [(None, "bad-input", "inv/0@0")]
+    (letter,) = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
+    assert letter["raw"] == '{"uuid":"i-1"}'
+    assert letter["headers"] == {"n": None, "t": "text"}
+    assert letter["headers_base64"] == [{"name": "Yg==", "value": "/g=="}]
+    assert letter["key_base64"] == "/w=="
+
+
+def _broken_header_dict(headers: Any) -> dict[str, str]:
+    raise TypeError("tuple[str, bytes] object expected; got tuple[str, None]")
+
+
+async def test_a_store_that_cannot_write_stops_the_worker_and_journals_no_record(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from onceflow.tables.partition import StorageError
+
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
+    await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])
+    store = c.state["ingress"][0]
+
+    def apply(writes: Any, offset: Any) -> None:
+        raise StorageError("/data/v1/tables/ingress-0.db",
+                           Exception("IO error: No space left on device"))
+
+    store.apply = apply  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, "onceflow.worker"), \
+            pytest.raises(StorageError, match="No space left on device"):
+        await c.runtime.handle([doc("inv", 1, 2, uuid="i-2")])
+    assert not any(line["outcome"] == "bad-input" for line in c.journal())
+    assert c.broker.records(c.names.dead_letter) == []
+    assert "one at a time" not in caplog.text  # not taken for a record's fault

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from onceflow.keys import kafka_partition, murmur2
 from onceflow.tables.memory import MemoryBroker
 from onceflow.tables.outbox import Outbox
-from onceflow.tables.partition import DictPartition
+from onceflow.tables.partition import DictPartition, RocksPartition, StorageError
 from onceflow.tables.state import PartitionStore, TableBuffer, UndoLog, flush_state
 
 keys = st.text(min_size=1, max_size=8)
@@ -93,3 +93,30 @@ async def test_an_outbox_keeps_order_within_a_partition() -> None:
     last = await broker.send(outbox)
     assert [orjson.loads(r.value) for r in broker.log("t", 1)][:5] == [0, 1, 2, 3, 4]
     assert last[("t", 1)] >= 4
+
+
+def test_a_rocksdb_failure_is_a_storage_error_naming_the_store() -> None:
+    # rocksdict raises plain Exceptions ("IO error: No space left on device ...").
+    class FullDisk:
+        def get(self, key: bytes) -> bytes:
+            raise Exception("IO error: No space left on device")
+
+        def items(self, from_key: bytes) -> list[tuple[bytes, bytes]]:
+            raise Exception("IO error: No space left on device")
+
+        def write(self, batch: object) -> None:
+            raise Exception("IO error: No space left on device")
+
+    class Store:
+        def _db_for_partition(self, partition: int) -> FullDisk:
+            return FullDisk()
+
+        def partition_path(self, partition: int) -> str:
+            return f"/data/v1/tables/ingress-{partition}.db"
+
+    raw = RocksPartition(Store(), 3)
+    for call in (lambda: raw.get(b"k"), lambda: list(raw.scan(b"a")),
+                 lambda: raw.apply({b"k": b"v", b"gone": None}, 5)):
+        with pytest.raises(StorageError, match="^the local store /data/v1/tables/ingress-3.db "
+                                               "failed: IO error: No space left on device$"):
+            call()

@@ -135,3 +135,36 @@ def test_outputs_over_the_record_limit_go_by_reference_and_the_worker_goes_on(
         for record in records(broker.bootstrap, names.topic(topic)):
             assert len(record.value or b"") + len(record.key or b"") < LIMIT, topic
     assert worker.alive
+
+
+def test_a_result_over_the_record_limit_is_an_error_on_the_error_topic(
+        broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
+    """A service result cannot go by reference (it exists nowhere else): the run is an
+    `error`, and the error document on the trigger's error topic says by how much the
+    result was over the limit (ONCEFLOW_MAX_RECORD_BYTES lowered so that a record can be
+    over it without being over the embedded broker's own limit)."""
+    triggers = tmp_path / "triggers.toml"
+    triggers.write_text('[[trigger]]\nname = "copy"\ntypes = ["copy"]\nservice = "echo"\n')
+    prefix = new_prefix()
+    names = Names(prefix)
+    worker = start_worker(triggers, prefix, partitions=1, max_record_bytes=LIMIT,
+                          max_document_bytes=LIMIT)
+    publish(broker.bootstrap, names, [
+        ("copy", sized(LIMIT - 40, uuid="big"), "big", {}, 0),
+        ("copy", orjson.dumps({"uuid": "small"}), "small", {}, 0)])
+    lines = wait_journal(broker.bootstrap, names, lambda ls: bool(outcomes(ls, "small")),
+                         worker)
+    assert outcomes(lines, "big") == ["error"] and outcomes(lines, "small") == ["processed"]
+    (line,) = [x for x in lines if x["identity"] == "big"]
+    assert line["reason"].startswith("ResultTooLarge: the service result is ")
+    out = [orjson.loads(r.value) for r in records(broker.bootstrap, names.topic("copy.out"))]
+    assert out == [{"uuid": "small"}]
+    (error,) = [orjson.loads(r.value) for r in records(broker.bootstrap,
+                                                        names.topic("copy.error"))]
+    assert error["identity"] == "big" and error["error"]["type"] == "ResultTooLarge"
+    message = error["error"]["message"]
+    size = int(message.split(" is ")[1].split(" bytes")[0])
+    assert size > LIMIT and message == (
+        f"the service result is {size} bytes, {size - LIMIT} bytes over "
+        f"ONCEFLOW_MAX_RECORD_BYTES ({LIMIT}): it was not published on copy.out")
+    assert worker.alive

@@ -3,7 +3,7 @@
 `record` inserts one row per document it runs for (with the worker's pid and the wall-clock
 time of the run); the key is unique, so a second run of
 the same document lands in `doubles` instead.  `resolve` answers DUPLICATE when the
-ledger has the document, NEW when it has not.
+ledger has the document (for a join document, any of its members), NEW when it has not.
 """
 
 from __future__ import annotations
@@ -83,8 +83,11 @@ def _record(document: Any, context: CallContext) -> dict[str, Any]:
 
 
 def resolve(document: Any, context: CallContext) -> str:
-    key = f"{context.trigger}:{context.identity}"
+    # A join's interrupted run is asked about once, with the join document (spec section
+    # 4): its members were recorded together, so any of them found means it ran.
+    keys = member_keys(document, context)
     db = _db()
     with _lock:
-        found = db.execute("SELECT 1 FROM runs WHERE key = ?", (key,)).fetchone()
+        found = any(db.execute("SELECT 1 FROM runs WHERE key = ?", (key,)).fetchone()
+                    for key in keys)
     return "DUPLICATE" if found else "NEW"
