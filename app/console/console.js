@@ -138,6 +138,45 @@ function renderJoins(joins, triggers) {
   $("#joins tbody").replaceChildren(...rows);
 }
 
+// A <details> element keeps its open state across the redraws every few seconds.
+const openDetails = new Set();
+
+function details(summary, content) {
+  const box = el("details");
+  box.appendChild(el("summary", summary));
+  box.appendChild(content);
+  return box;
+}
+
+function opened(id, box) {
+  box.dataset.id = id;
+  box.open = openDetails.has(id);
+  box.addEventListener("toggle", () => {
+    if (box.open) openDetails.add(id); else openDetails.delete(id);
+  });
+  return box;
+}
+
+function renderLag(lag) {
+  $("#lag-group").textContent = `Consumer group ${lag.group}: records published and not yet ` +
+    "committed, summed over the partitions of each topic.";
+  const rows = lag.topics.map((t) => {
+    const table = el("table");
+    table.appendChild(row(["partition", "committed", "end", "lag", "worker"]));
+    for (const p of t.partitions) table.appendChild(row([p.partition, p.committed, p.end, p.lag, p.worker]));
+    const readBy = t.route ? "every trigger (routed documents, ticks, controls)" : t.triggers.join(", ");
+    const name = t.topic === t.name ? t.topic : `${t.topic} (${t.name})`;
+    const known = t.lag === null ? "not known yet" :
+      `${t.lag}` + (t.unknown ? ` (${t.unknown} partition(s) not known yet)` : "");
+    const tr = row([name, readBy, known,
+                    opened(`lag ${t.name}`, details(`${t.partitions.length} partition(s)`, table))]);
+    tr.dataset.topic = t.topic;
+    tr.cells[2].className = "lag";
+    return tr;
+  });
+  $("#lag tbody").replaceChildren(...rows);
+}
+
 function renderWorkers(data) {
   const box = $("#workers");
   const parts = [];
@@ -153,7 +192,9 @@ function renderWorkers(data) {
     const head = row(["topic", "partition", "committed", "end", "lag"]);
     table.appendChild(head);
     for (const p of w.partitions) table.appendChild(row([p.topic, p.partition, p.committed, p.end, p.lag]));
-    block.appendChild(table);
+    // Every partition the worker consumes, table changelogs included: on demand only.
+    block.appendChild(opened(`worker ${w.url}`, details(
+      `${w.partitions.length} partition(s) assigned, table changelogs included`, table)));
     parts.push(block);
   }
   for (const url of data.unreachable || []) parts.push(el("p", `${url} does not answer`, "suspended"));
@@ -166,6 +207,7 @@ async function refresh() {
     $("#worker").textContent = `${data.workers.length} worker(s); this page from ${data.worker}`;
     renderTriggers(data.triggers);
     renderJoins(data.joins, data.triggers);
+    renderLag(data.lag);
     renderWorkers(data);
   } catch (error) {
     say(String(error.message || error), true);

@@ -156,6 +156,20 @@ def test_browsers_get_the_page_and_json_clients_keep_json(console: Console) -> N
     overview = httpx.get(url + "/overview").json()
     assert overview["triggers"]["orders"]["definition"]["history_ttl"] == "1d"
     assert overview["triggers"]["pairs"]["definition"]["join_timeout"] == "10m"
+    # Lag per input topic of the group: the trigger files' topics and the route topic,
+    # never a changelog; every partition of each once.
+    lag = overview["lag"]
+    assert lag["group"] == console.names.app_id
+    by_topic = {t["topic"]: t for t in lag["topics"]}
+    assert set(by_topic) == {"order", "left", "right", "onceflow.route"}
+    assert by_topic["order"]["triggers"] == ["orders"]
+    assert by_topic["onceflow.route"]["route"] is True
+    for facts in by_topic.values():
+        assert [p["partition"] for p in facts["partitions"]] == [0, 1]
+        known = [p["lag"] for p in facts["partitions"] if p["lag"] is not None]
+        assert facts["lag"] == (sum(known) if known else None)
+        assert facts["unknown"] == 2 - len(known)
+        assert facts["name"] == console.names.topic(facts["topic"])
 
 
 def test_console_in_a_browser(console: Console, browser: Any) -> None:
@@ -191,8 +205,28 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     assert "(in 9m " in text("joins") or "(in 10m)" in text("joins")  # not "(in 600)"
     assert " UTC (in " in text("joins") and "expires (UTC)" in text("joins")
     workers = text("workers")
-    assert "this worker" in workers and "ready" in workers and names.route in workers
-    assert "lag" in workers
+    assert "this worker" in workers and "ready" in workers
+    # Lag: summed per input topic of the consumer group, partitions on demand only.
+    lag = until(lambda: (lambda t: t if "onceflow.route" in t else "")(text("lag")),
+                "the lag of the route topic")
+    assert f"Consumer group {names.app_id}" in text("lag-group")
+    for topic in ("order", "left", "right"):
+        row_of = browser.find_element(By.CSS_SELECTOR, f'#lag tr[data-topic="{topic}"]')
+        shown = row_of.find_element(By.CSS_SELECTOR, "td.lag").text
+        assert shown.startswith(("0", "not known yet")), (topic, shown)
+        assert "2 partition(s)" in row_of.text
+    assert "-changelog" not in lag and "committed" not in lag  # details closed
+    assert "-changelog" not in workers  # the worker's own partition list: closed too
+    summary = browser.find_element(By.CSS_SELECTOR, '#lag tr[data-topic="order"] summary')
+    summary.click()
+    until(lambda: "committed" in browser.find_element(
+        By.CSS_SELECTOR, '#lag tr[data-topic="order"]').text, "the order partitions")
+    time.sleep(3.5)  # a redraw keeps it open
+    assert "committed" in browser.find_element(
+        By.CSS_SELECTOR, '#lag tr[data-topic="order"]').text
+    browser.find_element(By.CSS_SELECTOR, "#workers summary").click()
+    until(lambda: "-changelog" in text("workers") and names.route in text("workers"),
+          "every partition of the worker, changelogs included")
 
     # The live journal shows the documents sent, ids with markup as plain text.
     until(lambda: all(f"o-{i}" in text("journal") for i in range(3)), "the sent orders")
@@ -348,3 +382,4 @@ def test_hostile_requests_get_a_clear_4xx_and_the_worker_goes_on(console: Consol
     assert httpx.get(url + "/overview?local=1").json()["url"] == url
     assert httpx.get(url + "/livez").status_code == 200
     assert console.worker.alive
+
