@@ -11,6 +11,8 @@ step) and reads JSON views:
   last RECENT_JOURNAL in memory; `?local=1`: this worker's).
 - `GET /documents/{trigger}?outcome=in-doubt|error`: the newest documents on the
   trigger's in-doubt or error topic.
+- `GET /dead-letters?limit=N`: the newest records of the dead-letter topic, each summed
+  up (dead_letters.py).
 
 Writes (suspend, resume, resubmit) go through the token-guarded POST views; the page asks
 for the token and keeps it in the tab's sessionStorage, never in a URL.  Everything a
@@ -34,6 +36,7 @@ from onceflow.agents.health import readiness
 from onceflow.durations import format_duration
 from onceflow.journal import ERROR, IN_DOUBT
 
+from .dead_letters import DEFAULT_DEAD_LETTERS, MAX_DEAD_LETTERS, dead_letter_item
 from .kafka import read_tail
 from .settings import WorkerSettings
 
@@ -283,7 +286,7 @@ def add_console(app: OnceflowApp, settings: WorkerSettings,
         for record in found:
             headers = {}
             for name, value in record.headers or ():
-                headers[name] = value.decode("utf-8", "replace")
+                headers[name] = value.decode("utf-8", "replace") if value is not None else None
             try:
                 value: Any = orjson.loads(record.value) if record.value is not None else None
             except orjson.JSONDecodeError:
@@ -295,3 +298,22 @@ def add_console(app: OnceflowApp, settings: WorkerSettings,
                           "reason": headers.get("reason"), "value": value})
         return web.json({"trigger": trigger, "outcome": outcome, "topic": real,
                          "documents": items})
+
+    @app.page("/dead-letters")
+    async def dead_letters(web: Any, request: Request) -> Response:
+        asked = request.query.get("limit", str(DEFAULT_DEAD_LETTERS))
+        if not (asked.isascii() and asked.isdigit() and len(asked) <= 6
+                and 1 <= int(asked) <= MAX_DEAD_LETTERS):
+            return web.json({"error": f"limit must be a whole number from 1 to "
+                                      f"{MAX_DEAD_LETTERS}"}, status=400)
+        real = runtime.names.dead_letter
+        try:
+            async with document_reads:
+                found = await read_tail(settings.cluster, real, int(asked),
+                                        timeout=DOCUMENTS_TIMEOUT)
+        except Exception as exc:  # the broker's failure: say so, the worker goes on
+            log.info("reading %s failed: %r", real, exc)
+            return web.json({"error": f"{real} cannot be read right now: {exc}"}, status=503,
+                            headers={"Retry-After": "5"})
+        return web.json({"topic": real, "limit": int(asked),
+                         "records": [dead_letter_item(record) for record in found]})

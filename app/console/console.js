@@ -290,6 +290,33 @@ async function loadDocuments(event) {
   }
 }
 
+// The dead-letter topic: shown when asked for (each read costs the broker a fetch).
+async function loadDeadLetters(event) {
+  if (event) event.preventDefault();
+  try {
+    const data = await getJSON(`/dead-letters?limit=${encodeURIComponent($("#dead-limit").value)}`);
+    $("#dead-topic").textContent = `newest ${data.records.length} on ${data.topic}, newest first`;
+    const rows = data.records.slice().reverse().map((d) => {
+      const o = d.original;
+      const where = o ? `${o.topic}/${o.partition}@${o.offset}` : "(not a copy onceflow wrote)";
+      const size = `${d.value_bytes} bytes`;
+      const preview = d.preview === null ? el("span", "null", "muted") : el("span", d.preview);
+      const value = el("span");
+      value.append(preview, el("span", ` (${size})`, "muted"));
+      const tr = row([when(d.ts), d.reason ?? "", `${where} (dead-letter ${d.partition}@${d.offset})`,
+                      d.key ?? "", value]);
+      tr.dataset.offset = `${d.partition}@${d.offset}`;
+      tr.cells[1].className = "reason";
+      tr.cells[4].className = "doc";
+      return tr;
+    });
+    if (!rows.length) rows.push(row([el("span", `no records on ${data.topic}`, "muted")]));
+    $("#dead tbody").replaceChildren(...rows);
+  } catch (error) {
+    say(String(error.message || error), true);
+  }
+}
+
 // A resubmit runs services again: the page asks first, for exactly what was clicked.
 let pendingResubmit = null;
 
@@ -357,12 +384,14 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#token-forget").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); showTokenState(); });
   $("#history-form").addEventListener("submit", lookUp);
   $("#docs-form").addEventListener("submit", loadDocuments);
+  $("#dead-form").addEventListener("submit", loadDeadLetters);
   $("#docs-resubmit-all").addEventListener("click", () => askResubmit(shownDocuments.map((d) => d.identity)));
   $("#docs-confirm-yes").addEventListener("click", resubmit);
   $("#docs-confirm-no").addEventListener("click", cancelResubmit);
   showTokenState();
   refresh();
   refreshJournal();
+  loadDeadLetters();
   setInterval(refresh, 3000);
   setInterval(refreshJournal, 2000);
 });

@@ -383,3 +383,79 @@ def test_hostile_requests_get_a_clear_4xx_and_the_worker_goes_on(console: Consol
     assert httpx.get(url + "/livez").status_code == 200
     assert console.worker.alive
 
+
+def test_dead_letters_are_listed_as_text_bounded_and_never_fail(console: Console,
+                                                                browser: Any) -> None:
+    """Bad input a publisher sent, and records anyone wrote to the dead-letter topic."""
+    import asyncio
+
+    from onceflow.app.kafka import Producer
+    from selenium.webdriver.common.by import By
+
+    names = console.names
+    hostile = b"<script>document.title='pwned'</script> is not JSON"
+    publish(console.bootstrap, names, [("order", hostile, "k-hostile", {}, None)])
+    big = orjson.dumps({"reason": SCRIPT, "topic": "order", "partition": 0, "offset": 7,
+                        "ts": 1.5, "value": {"text": "y" * 50_000}})
+    deep = orjson.dumps({"reason": "deep", "topic": "order", "partition": 1, "offset": 2,
+                         "value": [[[[[]]]]]}).replace(b"[[[[[]]]]]",
+                                                       b"[" * 400 + b"]" * 400)
+
+    async def write() -> None:
+        async with Producer(console.bootstrap) as producer:
+            for value, key, headers in (
+                    (b"\xff\xfe not json <b>bold</b>", b"\xff\x00key",
+                     [("reason", None), ("x", b"\xc3(")]),
+                    (None, b"null-value", [("reason", b"a null value")]),
+                    (b"[1, 2]", b"list", []),
+                    (big, b"big", []),
+                    (deep, b"deep", [])):
+                await producer.send_and_wait(names.dead_letter, value, key=key, partition=0,
+                                             headers=headers)
+
+    asyncio.run(write())
+
+    def listed() -> Any:
+        answer = httpx.get(console.url + "/dead-letters?limit=100")
+        assert answer.status_code == 200, answer.text
+        found = answer.json()["records"]
+        return found if len(found) >= 6 else None
+
+    found = until(listed, "the six dead letters")
+    copy = next(r for r in found if r["key"] == "k-hostile")
+    assert copy["onceflow_copy"] and copy["original"]["topic"] == "order"
+    assert copy["preview"].startswith("<script>") and copy["reason"]
+    by_key = {r["key"]: r for r in found}
+    odd = by_key["\ufffd\x00key"]
+    assert odd["reason"] is None and odd["original"] is None
+    assert odd["headers"] == {"reason": None, "x": "\ufffd("}
+    assert "<b>bold</b>" in odd["preview"]
+    null = by_key["null-value"]
+    assert null["preview"] is None and null["reason"] == "a null value"
+    assert null["value_bytes"] == 0
+    assert by_key["list"]["preview"] == "[1, 2]" and by_key["list"]["original"] is None
+    large = by_key["big"]
+    assert large["reason"] == SCRIPT and large["original"]["offset"] == 7
+    assert len(large["preview"]) < 1100 and "(50011 characters)" in large["preview"]
+    assert large["value_bytes"] == len(big)
+    assert by_key["deep"]["preview"].startswith("{")  # too deep to write again: as sent
+    # Bounded: at most 100, the newest first asked; anything else is 400.
+    assert len(httpx.get(console.url + "/dead-letters?limit=2").json()["records"]) == 2
+    for limit in ("0", "101", "-1", "x", "9" * 5000, "1e2"):
+        answer = httpx.get(console.url + "/dead-letters", params={"limit": limit})
+        assert answer.status_code == 400, limit
+
+    # The page shows them as text: no markup in them runs.
+    browser.get(console.url + "/")
+    browser.find_element(By.ID, "dead-load").click()
+    until(lambda: "(50011 characters)" in browser.find_element(By.ID, "dead").text,
+          "the clipped dead letter")
+    shown = browser.find_element(By.ID, "dead").text
+    assert "<script>document.title='pwned'</script> is not JSON" in shown
+    assert SCRIPT in shown and "<b>bold</b>" in shown and "order/0@7" in shown
+    assert "(not a copy onceflow wrote)" in shown and " UTC" in shown
+    assert browser.title == "onceflow console"
+    assert not browser.find_elements(By.CSS_SELECTOR, "#dead script, #dead b")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SHOTS / "7-dead-letters.png"))
+    assert console.worker.alive
