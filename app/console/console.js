@@ -234,7 +234,7 @@ async function refreshJournal() {
 async function command(name, action) {
   const answer = await post(`/triggers/${encodeURIComponent(name)}/${action}`);
   if (answer) {
-    say(`${action === "suspend" ? "Suspended" : "Resumed"} ${name} on ${answer.partitions} partition(s).`);
+    say(`${action === "suspend" ? "Suspended" : "Resumed"} ${name} on ${answer.partitions} partition(s) as ${answer.by}.`);
     setTimeout(refresh, 500);
   }
 }
@@ -359,7 +359,7 @@ async function resubmit() {
     showResult(`Resubmit of ${trigger} failed: ${$("#status").textContent || "no answer"}`, true);
     return;
   }
-  const message = `Resubmitted ${answer.resubmitted.length} ${outcome} document(s) of ${trigger}` +
+  const message = `Resubmitted ${answer.resubmitted.length} ${outcome} document(s) of ${trigger} as ${answer.by}` +
     (answer.resubmitted.length ? `: ${answer.resubmitted.join(", ")}` : "") +
     (answer.skipped.length ? `; skipped: ${answer.skipped.join("; ")}` : ".");
   say(message);

@@ -258,11 +258,13 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
 
     click_in_orders_row("button.suspend")
     until(lambda: "Suspended orders" in text("status"), "the suspend answer")
+    assert "as admin." in text("status")  # the default name of ONCEFLOW_ADMIN_TOKEN
     until(lambda: "suspended" in orders_row().find_element(By.CSS_SELECTOR, "td.state").text,
           "orders suspended")
     shot("2-suspended")
     assert httpx.get(console.url + "/triggers").json()["triggers"]["orders"]["suspended"]
     assert any(line["outcome"] == "suspended" and line["trigger"] == "orders"
+               and line["reason"] == "suspended by command (admin)"
                for line in journal(console.bootstrap, names))
     click_in_orders_row("button.resume")
     until(lambda: "Resumed orders" in text("status"), "the resume answer")
@@ -315,8 +317,8 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     browser.find_element(By.ID, "docs-confirm-yes").click()
     until(lambda: "Resubmitted 1 error document(s) of orders" in text("status"),
           "the resubmit answer")
-    until(lambda: "Resubmitted 1 error document(s) of orders: bad-1 (" in text("docs-result"),
-          "the resubmit result beside the documents")
+    until(lambda: "Resubmitted 1 error document(s) of orders as admin: bad-1 ("
+          in text("docs-result"), "the resubmit result beside the documents")
     assert "resubmitted" in browser.find_element(
         By.CSS_SELECTOR, '#docs tr[data-identity="bad-1"]').text
     wait_journal(console.bootstrap, names,
