@@ -414,6 +414,9 @@ def test_dead_letters_are_listed_as_text_bounded_and_never_fail(console: Console
                     (deep, b"deep", [])):
                 await producer.send_and_wait(names.dead_letter, value, key=key, partition=0,
                                              headers=headers)
+            # The in-doubt list reads its topic the same way: a null header is no failure.
+            await producer.send_and_wait(names.topic("orders.in-doubt"), b"not json",
+                                         key=b"k", headers=[("identity", None)])
 
     asyncio.run(write())
 
@@ -441,6 +444,10 @@ def test_dead_letters_are_listed_as_text_bounded_and_never_fail(console: Console
     assert len(large["preview"]) < 1100 and "(50011 characters)" in large["preview"]
     assert large["value_bytes"] == len(big)
     assert by_key["deep"]["preview"].startswith("{")  # too deep to write again: as sent
+    in_doubt = httpx.get(console.url + "/documents/orders?outcome=in-doubt")
+    assert in_doubt.status_code == 200, in_doubt.text
+    assert [(d["identity"], d["value"]) for d in in_doubt.json()["documents"]] == [
+        (None, "not json")]
     # Bounded: at most 100, the newest first asked; anything else is 400.
     assert len(httpx.get(console.url + "/dead-letters?limit=2").json()["records"]) == 2
     for limit in ("0", "101", "-1", "x", "9" * 5000, "1e2"):
