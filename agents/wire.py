@@ -176,6 +176,7 @@ def read_message(value: bytes | None) -> tuple[str, dict[str, Any], Document | N
         _check(message, "trigger", (str,))
         _check(message, "reason", (str,), null=True, required=False)
         _check(message, "journal", (bool,), null=True, required=False)
+        _check(message, "by", (str,), null=True, required=False)
         if kind == FORGET:
             _check(message, "key", (str,))
             if message.get("only", "processing") not in ("processing", "failed"):

@@ -4,12 +4,15 @@ The page is static (HTML, CSS and JavaScript shipped in the package: no CDN, no 
 step) and reads JSON views:
 
 - `GET /overview`: every worker of the group, its partitions with their lag and whether
-  it is ready, the triggers (counts by outcome, suspended, durations as in trigger files)
-  and the open joins; this worker asks the others (`?local=1`: this worker only).
+  it is ready, the group's lag summed per input topic, the triggers (counts by outcome,
+  suspended, durations as in trigger files) and the open joins; this worker asks the
+  others (`?local=1`: this worker only).
 - `GET /journal/tail`: the newest journal records every worker wrote (each keeps its
   last RECENT_JOURNAL in memory; `?local=1`: this worker's).
 - `GET /documents/{trigger}?outcome=in-doubt|error`: the newest documents on the
   trigger's in-doubt or error topic.
+- `GET /dead-letters?limit=N`: the newest records of the dead-letter topic, each summed
+  up (dead_letters.py).
 
 Writes (suspend, resume, resubmit) go through the token-guarded POST views; the page asks
 for the token and keeps it in the tab's sessionStorage, never in a URL.  Everything a
@@ -34,6 +37,7 @@ from onceflow.durations import format_duration
 from onceflow.envelope import seconds
 from onceflow.journal import ERROR, IN_DOUBT
 
+from .dead_letters import DEFAULT_DEAD_LETTERS, MAX_DEAD_LETTERS, dead_letter_item
 from .kafka import read_tail
 from .settings import WorkerSettings
 
@@ -121,6 +125,55 @@ def local_partitions(app: OnceflowApp) -> list[dict[str, Any]]:
     return out
 
 
+def input_topics(app: OnceflowApp) -> dict[str, list[str]]:
+    """The topics whose records reach a trigger (real name -> the triggers they reach).
+
+    The trigger files' input topics and the repartition topic, which every trigger reads.
+    """
+    runtime = app.runtime
+    names = runtime.names
+    topics: dict[str, list[str]] = {}
+    for trigger in runtime.triggers.triggers:
+        for topic in trigger.topics:
+            topics.setdefault(names.topic(topic), []).append(trigger.name)
+    topics[names.route] = [trigger.name for trigger in runtime.triggers.triggers]
+    return topics
+
+
+def lag_by_topic(app: OnceflowApp, workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The consumer group's lag summed per input topic, each topic's partitions beside it.
+
+    Only the topics that reach triggers count (`input_topics`): the table changelogs a
+    worker also consumes (recovery, standbys) are not the group's backlog.  A partition
+    that two workers report (a rebalance in between) counts once, the further one.
+    `unknown` counts the partitions whose end the worker has not seen yet (no fetch has
+    answered for them).
+    """
+    names = app.runtime.names
+    inputs = input_topics(app)
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for worker in workers:
+        for p in worker.get("partitions", ()):
+            if p.get("topic") not in inputs:
+                continue
+            key = (p["topic"], p["partition"])
+            seen = found.get(key)
+            if seen is None or (p.get("committed") or 0) > (seen.get("committed") or 0):
+                found[key] = {**p, "worker": worker.get("url")}
+    topics = []
+    for real, triggers in inputs.items():
+        partitions = [found[key] for key in sorted(found) if key[0] == real]
+        lags = [p["lag"] for p in partitions if p.get("lag") is not None]
+        topics.append({"topic": names.logical(real), "name": real, "triggers": triggers,
+                       "route": real == names.route,
+                       "lag": sum(lags) if lags else None,
+                       "unknown": len(partitions) - len(lags),
+                       "partitions": [{key: p.get(key) for key in
+                                       ("partition", "committed", "end", "lag", "worker")}
+                                      for p in partitions]})
+    return {"group": str(app.conf.id), "topics": topics}
+
+
 async def ask_peers(app: OnceflowApp, path: str) -> tuple[list[Any], list[str]]:
     """The JSON answers of every other worker of the group to `path`, and who failed."""
     me = str(app.conf.canonical_url).rstrip("/")
@@ -199,6 +252,7 @@ def add_console(app: OnceflowApp, settings: WorkerSettings,
             "workers": [{key: w[key] for key in ("url", "ready", "reasons", "partitions")}
                         for w in workers],
             "unreachable": failed,
+            "lag": lag_by_topic(app, workers),
             "triggers": triggers,
             "joins": joins,
         })
@@ -248,3 +302,21 @@ def add_console(app: OnceflowApp, settings: WorkerSettings,
         return web.json({"trigger": trigger, "outcome": outcome, "topic": real,
                          "documents": items})
 
+    @app.page("/dead-letters")
+    async def dead_letters(web: Any, request: Request) -> Response:
+        asked = request.query.get("limit", str(DEFAULT_DEAD_LETTERS))
+        if not (asked.isascii() and asked.isdigit() and len(asked) <= 6
+                and 1 <= int(asked) <= MAX_DEAD_LETTERS):
+            return web.json({"error": f"limit must be a whole number from 1 to "
+                                      f"{MAX_DEAD_LETTERS}"}, status=400)
+        real = runtime.names.dead_letter
+        try:
+            async with document_reads:
+                found = await read_tail(settings.cluster, real, int(asked),
+                                        timeout=DOCUMENTS_TIMEOUT)
+        except Exception as exc:  # the broker's failure: say so, the worker goes on
+            log.info("reading %s failed: %r", real, exc)
+            return web.json({"error": f"{real} cannot be read right now: {exc}"}, status=503,
+                            headers={"Retry-After": "5"})
+        return web.json({"topic": real, "limit": int(asked),
+                         "records": [dead_letter_item(record) for record in found]})

@@ -301,8 +301,10 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
     def tell(line: str) -> None:
         print(f"onceflow: {line}", file=sys.stderr)
 
+    by = settings.admin_token_name if settings.route_signer().enabled else None
     done = asyncio.run(resubmit_documents(triggers, trigger, settings, outcome=outcome,
-                                          identities=identities, dry_run=dry_run, tell=tell))
+                                          identities=identities, dry_run=dry_run, tell=tell,
+                                          by=by))
     for where in done:
         print(f"onceflow: resubmit {trigger.name} {where}")
     count = len(done)
@@ -317,7 +319,8 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
 async def resubmit_documents(triggers: TriggerSet, trigger: TriggerDef,
                              settings: WorkerSettings, *, outcome: str,
                              identities: list[str], dry_run: bool,
-                             tell: Callable[[str], None]) -> list[str]:
+                             tell: Callable[[str], None], by: str | None = None
+                             ) -> list[str]:
     """Decide in-doubt or error documents of a trigger again; where each one came from.
 
     For each journal record of that outcome (optionally only some identities) the original
@@ -326,8 +329,9 @@ async def resubmit_documents(triggers: TriggerSet, trigger: TriggerDef,
     removes its history entry (the processing-only entry of an in-doubt document, the
     failed entry of an error document: for workers before 0.10, which do not read the
     mark).  A resubmitted document is New for the trigger whatever its count, history or
-    resolver (spec section 1: the operator's decision replaces the exactly-once check),
-    and its run writes fresh history entries.  `tell` hears what is skipped.
+    resolver (the operator's decision replaces the exactly-once check), and its run
+    writes fresh history entries.  `tell` hears what is skipped; `by`, the name of the
+    admin token that asked, goes into each removal message.
 
     Every record is built and measured before anything is sent: a routed document larger
     than ONCEFLOW_MAX_RECORD_BYTES (an original near the limit, with its routing data)
@@ -375,7 +379,7 @@ async def resubmit_documents(triggers: TriggerSet, trigger: TriggerDef,
         entry = entry_key(trigger.routes_by_activation and doc.activation is not None,
                           doc.identity, doc.activation)
         forget = wire.control_message(wire.FORGET, trigger=trigger.name, key=entry,
-                                      only=kind)
+                                      only=kind, **({"by": by} if by is not None else {}))
         routed = wire.doc_message([trigger.name], doc)
         target = wire.route_partition(key, settings.partitions)
         values = [(value, signer.headers(names.route, target, value))

@@ -5,6 +5,7 @@ A wrong value stops the worker at start with the variable's name and what was ex
 
 from __future__ import annotations
 
+import re
 import socket
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +24,8 @@ LOG_LEVELS = {"crit": "critical", "critical": "critical", "error": "error", "war
               "warning": "warning", "info": "info", "debug": "debug"}
 
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+# A token's name goes into journal reasons and the console: short, printable, one line.
+TOKEN_NAME = r"[A-Za-z0-9][A-Za-z0-9 ._@+-]{0,63}"
 
 
 def own_address() -> str:
@@ -54,6 +57,11 @@ class WorkerSettings(BaseSettings):
         None, description="token for POST views; signs the records of onceflow.route")
     second_admin_token: SecretStr | None = Field(
         None, description="also accepted, never used to sign (rotating the token)")
+    admin_token_name: str = Field(
+        "admin", description="who holds the admin token: journal reasons of what it asks "
+        "for name it")
+    second_admin_token_name: str = Field(
+        "second", description="who holds the second admin token")
     topic_prefix: str = Field("", description="prefix of every topic name (isolation)")
     batch_size: int = Field(5000, ge=1, description="most records taken in one batch")
     chunk_size: int = Field(
@@ -92,6 +100,15 @@ class WorkerSettings(BaseSettings):
         "(e.g. min.insync.replicas=2)")
     create_topics: bool = Field(
         True, description="create missing topics; false: only check the pre-created ones")
+
+    @field_validator("admin_token_name", "second_admin_token_name")
+    @classmethod
+    def _token_name(cls, value: str) -> str:
+        if not re.fullmatch(TOKEN_NAME, value):
+            raise ValueError(f"{value[:80]!r}: expected 1 to 64 letters, digits, spaces or "
+                             "._@+- starting with a letter or digit (it is written into "
+                             "journal reasons and shown in the console)")
+        return value
 
     @field_validator("replication_factor")
     @classmethod

@@ -104,27 +104,33 @@ async def forward(app: OnceflowApp, view: View, request: Request, partition: int
                            "shortly", partition=partition, owner=owner)
 
 
-def authorized(settings: WorkerSettings, request: Request) -> bool:
-    """Whether the request carries the admin token (or ONCEFLOW_SECOND_ADMIN_TOKEN).
+def token_name(settings: WorkerSettings, request: Request) -> str | None:
+    """The name of the admin token the request carries (None: no token the workers take).
 
-    Header values are compared as the bytes that came over the wire (the server decodes
-    them with surrogateescape): a token that is not UTF-8 is simply a wrong token.
+    ONCEFLOW_ADMIN_TOKEN is ONCEFLOW_ADMIN_TOKEN_NAME, ONCEFLOW_SECOND_ADMIN_TOKEN is
+    ONCEFLOW_SECOND_ADMIN_TOKEN_NAME: what the request asks for is journaled under that
+    name, never under the token.  Header values are compared as the bytes that came over
+    the wire (the server decodes them with surrogateescape): a token that is not UTF-8 is
+    simply a wrong token.  Every accepted token is compared, so the time taken does not
+    tell which one matched.
     """
     given = request.headers.get("X-Onceflow-Token") or ""
     bearer = request.headers.get("Authorization") or ""
     if bearer.startswith("Bearer "):
         given = given or bearer[len("Bearer "):]
     if not given:
-        return False
-    accepted = [token.get_secret_value() for token in (settings.admin_token,
-                                                       settings.second_admin_token)
-                if token is not None and token.get_secret_value()]
+        return None
+    accepted = [(token.get_secret_value(), name) for token, name in (
+        (settings.admin_token, settings.admin_token_name),
+        (settings.second_admin_token, settings.second_admin_token_name))
+        if token is not None and token.get_secret_value()]
     try:
         data = given.encode("utf-8", "surrogateescape")
-        return any(hmac.compare_digest(data, token.encode("utf-8", "surrogateescape"))
-                   for token in accepted)
+        matches = [name for token, name in accepted
+                   if hmac.compare_digest(data, token.encode("utf-8", "surrogateescape"))]
     except UnicodeError:  # a lone surrogate that did not come from undecodable bytes
-        return False
+        return None
+    return matches[0] if matches else None
 
 
 def local_triggers(app: OnceflowApp) -> dict[str, Any]:
@@ -257,26 +263,29 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
 
     class CommandView(View):
         async def post(self, request: Request, name: str, action: str) -> Response:
-            if not authorized(settings, request):
+            by = token_name(settings, request)
+            if by is None:
                 return self.error(403, "this needs the admin token (ONCEFLOW_ADMIN_TOKEN)")
             if name not in by_name:
                 return self.error(404, f"no trigger named {name!r}")
             if action == RESUBMIT:
-                return await self.resubmit(request, name)
+                return await self.resubmit(request, name, by)
             if action not in (wire.SUSPEND, wire.RESUME):
                 return self.error(404, f"unknown action {action!r}: suspend, resume or "
                                   "resubmit")
             outbox = Outbox()
-            reason = "suspended by command" if action == wire.SUSPEND else "resumed by command"
+            done = "suspended" if action == wire.SUSPEND else "resumed"
+            reason = f"{done} by command ({by})"
             for partition in range(partitions):
                 wire.add_control(outbox, runtime.names, partition, action,
                                  signer=runtime.signer, trigger=name,
-                                 reason=reason, journal=partition == 0)
+                                 reason=reason, journal=partition == 0, by=by)
             await runtime.sender.send(outbox)
-            return self.json({"trigger": name, "action": action, "partitions": partitions},
-                             status=202)
+            log.info("%s of trigger %r asked by %s", action, name, by)
+            return self.json({"trigger": name, "action": action, "partitions": partitions,
+                              "by": by}, status=202)
 
-        async def resubmit(self, request: Request, name: str) -> Response:
+        async def resubmit(self, request: Request, name: str, by: str) -> Response:
             """Body {"outcome": "in-doubt" or "error", "identities": [...] (none: all)}."""
             try:
                 body = orjson.loads(await request.read())
@@ -294,14 +303,16 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             try:
                 done = await resubmit_documents(
                     runtime.triggers, by_name[name], settings, outcome=outcome,
-                    identities=identities, dry_run=False, tell=skipped.append)
+                    identities=identities, dry_run=False, tell=skipped.append, by=by)
             except OnceflowError as exc:
                 return self.error(409, str(exc))
             except Exception as exc:  # the broker's failure: the worker goes on
                 log.warning("resubmit of %s failed: %r", name, exc)
                 return unavailable(app, self, f"resubmit failed: {exc}; retry shortly")
+            log.info("resubmit of %d %s document(s) of trigger %r asked by %s", len(done),
+                     outcome, name, by)
             return self.json({"trigger": name, "outcome": outcome, "resubmitted": done,
-                              "skipped": skipped}, status=202)
+                              "skipped": skipped, "by": by}, status=202)
 
     inputs = {trigger.name: tuple(dict.fromkeys(
         [*(runtime.names.topic(topic) for topic in trigger.topics), runtime.names.route]))

@@ -138,6 +138,45 @@ function renderJoins(joins, triggers) {
   $("#joins tbody").replaceChildren(...rows);
 }
 
+// A <details> element keeps its open state across the redraws every few seconds.
+const openDetails = new Set();
+
+function details(summary, content) {
+  const box = el("details");
+  box.appendChild(el("summary", summary));
+  box.appendChild(content);
+  return box;
+}
+
+function opened(id, box) {
+  box.dataset.id = id;
+  box.open = openDetails.has(id);
+  box.addEventListener("toggle", () => {
+    if (box.open) openDetails.add(id); else openDetails.delete(id);
+  });
+  return box;
+}
+
+function renderLag(lag) {
+  $("#lag-group").textContent = `Consumer group ${lag.group}: records published and not yet ` +
+    "committed, summed over the partitions of each topic.";
+  const rows = lag.topics.map((t) => {
+    const table = el("table");
+    table.appendChild(row(["partition", "committed", "end", "lag", "worker"]));
+    for (const p of t.partitions) table.appendChild(row([p.partition, p.committed, p.end, p.lag, p.worker]));
+    const readBy = t.route ? "every trigger (routed documents, ticks, controls)" : t.triggers.join(", ");
+    const name = t.topic === t.name ? t.topic : `${t.topic} (${t.name})`;
+    const known = t.lag === null ? "not known yet" :
+      `${t.lag}` + (t.unknown ? ` (${t.unknown} partition(s) not known yet)` : "");
+    const tr = row([name, readBy, known,
+                    opened(`lag ${t.name}`, details(`${t.partitions.length} partition(s)`, table))]);
+    tr.dataset.topic = t.topic;
+    tr.cells[2].className = "lag";
+    return tr;
+  });
+  $("#lag tbody").replaceChildren(...rows);
+}
+
 function renderWorkers(data) {
   const box = $("#workers");
   const parts = [];
@@ -153,7 +192,9 @@ function renderWorkers(data) {
     const head = row(["topic", "partition", "committed", "end", "lag"]);
     table.appendChild(head);
     for (const p of w.partitions) table.appendChild(row([p.topic, p.partition, p.committed, p.end, p.lag]));
-    block.appendChild(table);
+    // Every partition the worker consumes, table changelogs included: on demand only.
+    block.appendChild(opened(`worker ${w.url}`, details(
+      `${w.partitions.length} partition(s) assigned, table changelogs included`, table)));
     parts.push(block);
   }
   for (const url of data.unreachable || []) parts.push(el("p", `${url} does not answer`, "suspended"));
@@ -166,6 +207,7 @@ async function refresh() {
     $("#worker").textContent = `${data.workers.length} worker(s); this page from ${data.worker}`;
     renderTriggers(data.triggers);
     renderJoins(data.joins, data.triggers);
+    renderLag(data.lag);
     renderWorkers(data);
   } catch (error) {
     say(String(error.message || error), true);
@@ -192,7 +234,7 @@ async function refreshJournal() {
 async function command(name, action) {
   const answer = await post(`/triggers/${encodeURIComponent(name)}/${action}`);
   if (answer) {
-    say(`${action === "suspend" ? "Suspended" : "Resumed"} ${name} on ${answer.partitions} partition(s).`);
+    say(`${action === "suspend" ? "Suspended" : "Resumed"} ${name} on ${answer.partitions} partition(s) as ${answer.by}.`);
     setTimeout(refresh, 500);
   }
 }
@@ -248,6 +290,33 @@ async function loadDocuments(event) {
   }
 }
 
+// The dead-letter topic: shown when asked for (each read costs the broker a fetch).
+async function loadDeadLetters(event) {
+  if (event) event.preventDefault();
+  try {
+    const data = await getJSON(`/dead-letters?limit=${encodeURIComponent($("#dead-limit").value)}`);
+    $("#dead-topic").textContent = `newest ${data.records.length} on ${data.topic}, newest first`;
+    const rows = data.records.slice().reverse().map((d) => {
+      const o = d.original;
+      const where = o ? `${o.topic}/${o.partition}@${o.offset}` : "(not a copy onceflow wrote)";
+      const size = `${d.value_bytes} bytes`;
+      const preview = d.preview === null ? el("span", "null", "muted") : el("span", d.preview);
+      const value = el("span");
+      value.append(preview, el("span", ` (${size})`, "muted"));
+      const tr = row([when(d.ts), d.reason ?? "", `${where} (dead-letter ${d.partition}@${d.offset})`,
+                      d.key ?? "", value]);
+      tr.dataset.offset = `${d.partition}@${d.offset}`;
+      tr.cells[1].className = "reason";
+      tr.cells[4].className = "doc";
+      return tr;
+    });
+    if (!rows.length) rows.push(row([el("span", `no records on ${data.topic}`, "muted")]));
+    $("#dead tbody").replaceChildren(...rows);
+  } catch (error) {
+    say(String(error.message || error), true);
+  }
+}
+
 // A resubmit runs services again: the page asks first, for exactly what was clicked.
 let pendingResubmit = null;
 
@@ -290,7 +359,7 @@ async function resubmit() {
     showResult(`Resubmit of ${trigger} failed: ${$("#status").textContent || "no answer"}`, true);
     return;
   }
-  const message = `Resubmitted ${answer.resubmitted.length} ${outcome} document(s) of ${trigger}` +
+  const message = `Resubmitted ${answer.resubmitted.length} ${outcome} document(s) of ${trigger} as ${answer.by}` +
     (answer.resubmitted.length ? `: ${answer.resubmitted.join(", ")}` : "") +
     (answer.skipped.length ? `; skipped: ${answer.skipped.join("; ")}` : ".");
   say(message);
@@ -315,12 +384,14 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#token-forget").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); showTokenState(); });
   $("#history-form").addEventListener("submit", lookUp);
   $("#docs-form").addEventListener("submit", loadDocuments);
+  $("#dead-form").addEventListener("submit", loadDeadLetters);
   $("#docs-resubmit-all").addEventListener("click", () => askResubmit(shownDocuments.map((d) => d.identity)));
   $("#docs-confirm-yes").addEventListener("click", resubmit);
   $("#docs-confirm-no").addEventListener("click", cancelResubmit);
   showTokenState();
   refresh();
   refreshJournal();
+  loadDeadLetters();
   setInterval(refresh, 3000);
   setInterval(refreshJournal, 2000);
 });

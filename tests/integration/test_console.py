@@ -158,6 +158,20 @@ def test_browsers_get_the_page_and_json_clients_keep_json(console: Console) -> N
     overview = httpx.get(url + "/overview").json()
     assert overview["triggers"]["orders"]["definition"]["history_ttl"] == "1d"
     assert overview["triggers"]["pairs"]["definition"]["join_timeout"] == "10m"
+    # Lag per input topic of the group: the trigger files' topics and the route topic,
+    # never a changelog; every partition of each once.
+    lag = overview["lag"]
+    assert lag["group"] == console.names.app_id
+    by_topic = {t["topic"]: t for t in lag["topics"]}
+    assert set(by_topic) == {"order", "left", "right", "onceflow.route"}
+    assert by_topic["order"]["triggers"] == ["orders"]
+    assert by_topic["onceflow.route"]["route"] is True
+    for facts in by_topic.values():
+        assert [p["partition"] for p in facts["partitions"]] == [0, 1]
+        known = [p["lag"] for p in facts["partitions"] if p["lag"] is not None]
+        assert facts["lag"] == (sum(known) if known else None)
+        assert facts["unknown"] == 2 - len(known)
+        assert facts["name"] == console.names.topic(facts["topic"])
 
 
 def test_console_in_a_browser(console: Console, browser: Any) -> None:
@@ -193,8 +207,28 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     assert "(in 9m " in text("joins") or "(in 10m)" in text("joins")  # not "(in 600)"
     assert " UTC (in " in text("joins") and "expires (UTC)" in text("joins")
     workers = text("workers")
-    assert "this worker" in workers and "ready" in workers and names.route in workers
-    assert "lag" in workers
+    assert "this worker" in workers and "ready" in workers
+    # Lag: summed per input topic of the consumer group, partitions on demand only.
+    lag = until(lambda: (lambda t: t if "onceflow.route" in t else "")(text("lag")),
+                "the lag of the route topic")
+    assert f"Consumer group {names.app_id}" in text("lag-group")
+    for topic in ("order", "left", "right"):
+        row_of = browser.find_element(By.CSS_SELECTOR, f'#lag tr[data-topic="{topic}"]')
+        shown = row_of.find_element(By.CSS_SELECTOR, "td.lag").text
+        assert shown.startswith(("0", "not known yet")), (topic, shown)
+        assert "2 partition(s)" in row_of.text
+    assert "-changelog" not in lag and "committed" not in lag  # details closed
+    assert "-changelog" not in workers  # the worker's own partition list: closed too
+    summary = browser.find_element(By.CSS_SELECTOR, '#lag tr[data-topic="order"] summary')
+    summary.click()
+    until(lambda: "committed" in browser.find_element(
+        By.CSS_SELECTOR, '#lag tr[data-topic="order"]').text, "the order partitions")
+    time.sleep(3.5)  # a redraw keeps it open
+    assert "committed" in browser.find_element(
+        By.CSS_SELECTOR, '#lag tr[data-topic="order"]').text
+    browser.find_element(By.CSS_SELECTOR, "#workers summary").click()
+    until(lambda: "-changelog" in text("workers") and names.route in text("workers"),
+          "every partition of the worker, changelogs included")
 
     # The live journal shows the documents sent, ids with markup as plain text.
     until(lambda: all(f"o-{i}" in text("journal") for i in range(3)), "the sent orders")
@@ -226,11 +260,13 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
 
     click_in_orders_row("button.suspend")
     until(lambda: "Suspended orders" in text("status"), "the suspend answer")
+    assert "as admin." in text("status")  # the default name of ONCEFLOW_ADMIN_TOKEN
     until(lambda: "suspended" in orders_row().find_element(By.CSS_SELECTOR, "td.state").text,
           "orders suspended")
     shot("2-suspended")
     assert httpx.get(console.url + "/triggers").json()["triggers"]["orders"]["suspended"]
     assert any(line["outcome"] == "suspended" and line["trigger"] == "orders"
+               and line["reason"] == "suspended by command (admin)"
                for line in journal(console.bootstrap, names))
     click_in_orders_row("button.resume")
     until(lambda: "Resumed orders" in text("status"), "the resume answer")
@@ -283,8 +319,8 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     browser.find_element(By.ID, "docs-confirm-yes").click()
     until(lambda: "Resubmitted 1 error document(s) of orders" in text("status"),
           "the resubmit answer")
-    until(lambda: "Resubmitted 1 error document(s) of orders: bad-1 (" in text("docs-result"),
-          "the resubmit result beside the documents")
+    until(lambda: "Resubmitted 1 error document(s) of orders as admin: bad-1 ("
+          in text("docs-result"), "the resubmit result beside the documents")
     assert "resubmitted" in browser.find_element(
         By.CSS_SELECTOR, '#docs tr[data-identity="bad-1"]').text
     wait_journal(console.bootstrap, names,
@@ -349,4 +385,88 @@ def test_hostile_requests_get_a_clear_4xx_and_the_worker_goes_on(console: Consol
     assert answer.status_code == 202 and answer.json()["resubmitted"] == []
     assert httpx.get(url + "/overview?local=1").json()["url"] == url
     assert httpx.get(url + "/livez").status_code == 200
+    assert console.worker.alive
+
+
+def test_dead_letters_are_listed_as_text_bounded_and_never_fail(console: Console,
+                                                                browser: Any) -> None:
+    """Bad input a publisher sent, and records anyone wrote to the dead-letter topic."""
+    import asyncio
+
+    from onceflow.app.kafka import Producer
+    from selenium.webdriver.common.by import By
+
+    names = console.names
+    hostile = b"<script>document.title='pwned'</script> is not JSON"
+    publish(console.bootstrap, names, [("order", hostile, "k-hostile", {}, None)])
+    big = orjson.dumps({"reason": SCRIPT, "topic": "order", "partition": 0, "offset": 7,
+                        "ts": 1.5, "value": {"text": "y" * 50_000}})
+    deep = orjson.dumps({"reason": "deep", "topic": "order", "partition": 1, "offset": 2,
+                         "value": [[[[[]]]]]}).replace(b"[[[[[]]]]]",
+                                                       b"[" * 400 + b"]" * 400)
+
+    async def write() -> None:
+        async with Producer(console.bootstrap) as producer:
+            for value, key, headers in (
+                    (b"\xff\xfe not json <b>bold</b>", b"\xff\x00key",
+                     [("reason", None), ("x", b"\xc3(")]),
+                    (None, b"null-value", [("reason", b"a null value")]),
+                    (b"[1, 2]", b"list", []),
+                    (big, b"big", []),
+                    (deep, b"deep", [])):
+                await producer.send_and_wait(names.dead_letter, value, key=key, partition=0,
+                                             headers=headers)
+            # The in-doubt list reads its topic the same way: a null header is no failure.
+            await producer.send_and_wait(names.topic("orders.in-doubt"), b"not json",
+                                         key=b"k", headers=[("identity", None)])
+
+    asyncio.run(write())
+
+    def listed() -> Any:
+        answer = httpx.get(console.url + "/dead-letters?limit=100")
+        assert answer.status_code == 200, answer.text
+        found = answer.json()["records"]
+        return found if len(found) >= 6 else None
+
+    found = until(listed, "the six dead letters")
+    copy = next(r for r in found if r["key"] == "k-hostile")
+    assert copy["onceflow_copy"] and copy["original"]["topic"] == "order"
+    assert copy["preview"].startswith("<script>") and copy["reason"]
+    by_key = {r["key"]: r for r in found}
+    odd = by_key["\ufffd\x00key"]
+    assert odd["reason"] is None and odd["original"] is None
+    assert odd["headers"] == {"reason": None, "x": "\ufffd("}
+    assert "<b>bold</b>" in odd["preview"]
+    null = by_key["null-value"]
+    assert null["preview"] is None and null["reason"] == "a null value"
+    assert null["value_bytes"] == 0
+    assert by_key["list"]["preview"] == "[1, 2]" and by_key["list"]["original"] is None
+    large = by_key["big"]
+    assert large["reason"] == SCRIPT and large["original"]["offset"] == 7
+    assert len(large["preview"]) < 1100 and "(50011 characters)" in large["preview"]
+    assert large["value_bytes"] == len(big)
+    assert by_key["deep"]["preview"].startswith("{")  # too deep to write again: as sent
+    in_doubt = httpx.get(console.url + "/documents/orders?outcome=in-doubt")
+    assert in_doubt.status_code == 200, in_doubt.text
+    assert [(d["identity"], d["value"]) for d in in_doubt.json()["documents"]] == [
+        (None, "not json")]
+    # Bounded: at most 100, the newest first asked; anything else is 400.
+    assert len(httpx.get(console.url + "/dead-letters?limit=2").json()["records"]) == 2
+    for limit in ("0", "101", "-1", "x", "9" * 5000, "1e2"):
+        answer = httpx.get(console.url + "/dead-letters", params={"limit": limit})
+        assert answer.status_code == 400, limit
+
+    # The page shows them as text: no markup in them runs.
+    browser.get(console.url + "/")
+    browser.find_element(By.ID, "dead-load").click()
+    until(lambda: "(50011 characters)" in browser.find_element(By.ID, "dead").text,
+          "the clipped dead letter")
+    shown = browser.find_element(By.ID, "dead").text
+    assert "<script>document.title='pwned'</script> is not JSON" in shown
+    assert SCRIPT in shown and "<b>bold</b>" in shown and "order/0@7" in shown
+    assert "(not a copy onceflow wrote)" in shown and " UTC" in shown
+    assert browser.title == "onceflow console"
+    assert not browser.find_elements(By.CSS_SELECTOR, "#dead script, #dead b")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SHOTS / "7-dead-letters.png"))
     assert console.worker.alive

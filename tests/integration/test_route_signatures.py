@@ -133,5 +133,5 @@ def test_forged_route_records_are_journaled_and_not_applied(
     lines = wait_journal(bootstrap, names,
                          lambda ls: any(x["outcome"] == "suspended" for x in ls), worker)
     assert {x["reason"] for x in lines if x["outcome"] == "suspended"} == {
-        "suspended by command"}
+        "suspended by command (admin)"}
     assert worker.alive

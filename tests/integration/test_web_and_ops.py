@@ -98,6 +98,13 @@ def test_views_answer_from_both_workers_and_suspension_needs_the_token(
                  for p in w["partitions"] if p["topic"].endswith(".order")]
         assert len(owned) == len(set(owned)) == 4  # every order partition, each once
         assert all(w["partitions"] for w in overview["workers"])
+        # The group's lag by input topic: each partition once, from whichever worker has it.
+        lag = {t["topic"]: t for t in overview["lag"]["topics"]}
+        assert set(lag) == {"order", "left", "right", "onceflow.route"}
+        assert [p["partition"] for p in lag["order"]["partitions"]] == [0, 1, 2, 3]
+        assert {p["worker"] for p in lag["onceflow.route"]["partitions"]} == set(urls)
+        known = [p["lag"] for p in lag["order"]["partitions"] if p["lag"] is not None]
+        assert lag["order"]["lag"] == (sum(known) if known else None)
         assert overview["triggers"]["orders"]["counts"] == {"processed": 8}
         assert [j["activation"] for j in overview["joins"]] == ["a-1"]
         tail = http_json(worker.web_url + "/journal/tail")[1]
