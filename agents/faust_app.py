@@ -20,7 +20,9 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaProducer
+from faust.types import TP
 from onceflow.calls import Callee
+from onceflow.partition import caught_up
 from onceflow.tables.outbox import KafkaSender, Outbox
 from onceflow.tables.partition import DictPartition, RawPartition, RocksPartition, StorageError
 from onceflow.triggers import TriggerSet
@@ -248,13 +250,17 @@ async def tick_idle_partitions(app: OnceflowApp, runtime: Runtime,
     if options.idle_ticks:
         now = runtime.wall_clock()  # seconds, as ticks carry time on the wire
         started = runtime.monotonic()
+        idle = []
         for tp in app.assignor.assigned_actives():
             if tp.topic != names.route:
                 continue
             worker = runtime.workers.get(tp.partition)
             if (worker is None or started - worker.last_record_at >= options.idle_after) \
                     and not records_waiting(app, tp.partition):
-                wire.add_control(outbox, names, tp.partition, wire.TICK,
+                idle.append(tp.partition)
+        if idle and await group_caught_up(app, runtime):
+            for partition in idle:
+                wire.add_control(outbox, names, partition, wire.TICK,
                                  signer=runtime.signer, ts=now)
     suspended = {name for worker in list(runtime.workers.values())
                  for name, processor in worker.processors.items() if processor.suspended}
@@ -268,6 +274,40 @@ async def tick_idle_partitions(app: OnceflowApp, runtime: Runtime,
                                  journal=partition == 0)
     if outbox.count:
         await runtime.sender.send(outbox)
+
+
+# How long the idle timer waits for the group's offsets before it skips a tick.
+GROUP_OFFSETS_TIMEOUT = 5.0
+
+
+async def group_caught_up(app: OnceflowApp, runtime: Runtime) -> bool:
+    """Whether the whole group has read every input record (no worker has a backlog).
+
+    A partition's own records are not all that feeds it: documents of any input partition
+    are routed to the partition of their routing key.  While another worker still works
+    through a backlog (after a failover, a restart, a stall), a member of an open join
+    here may be in it; a wall-clock tick now would expire that join before the member
+    arrives.  So a worker ticks its idle partitions only when every input partition's
+    committed offset has reached its end.  Any doubt (no answer in time) is no tick.
+    """
+    partitions = runtime.options.partitions
+    wanted = [TP(topic, p) for topic in runtime.input_topics for p in range(partitions)]
+    if not wanted:
+        return True
+    thread = app.consumer._thread
+    try:
+        ends, committed = await asyncio.wait_for(
+            asyncio.gather(app.consumer.highwaters(*wanted), thread.group_committed(wanted)),
+            GROUP_OFFSETS_TIMEOUT)
+    except Exception as exc:  # noqa: BLE001 - no answer: no tick this time
+        log.debug("onceflow: the group's offsets could not be read (%r): no idle tick", exc)
+        return False
+    for tp in wanted:
+        end = ends.get(tp)
+        done = committed.get((tp.topic, tp.partition))
+        if not caught_up(end, None if done is None else done - 1):
+            return False
+    return True
 
 
 async def resource_available(spec: str, runtime: Runtime) -> bool:

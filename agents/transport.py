@@ -54,7 +54,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from faust.transport.consumer import CONSUMER_FETCHING
@@ -146,6 +146,18 @@ class FetchHighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
         if changed:
             log.info("highwaters corrected by Fetch (ListOffsets, Fetch): %s", changed)
         return {tp: value for tp, value in fixed.items() if value is not None}
+
+    async def group_committed(self, partitions: list[Any]) -> dict[Any, int]:
+        """The group's committed offsets of any partitions, assigned here or not.
+
+        A partition with no committed offset is absent.  (One OffsetFetch request.)
+        """
+        return cast(dict[Any, int], await self.call_thread(self._group_committed, partitions))
+
+    async def _group_committed(self, partitions: list[Any]) -> dict[Any, int]:
+        found = await self._ensure_consumer()._coordinator.fetch_committed_offsets(
+            set(partitions))
+        return {(tp.topic, tp.partition): meta.offset for tp, meta in found.items()}
 
 
 BulkHandler = Callable[[list[wire.Delivery]], Awaitable[None]]

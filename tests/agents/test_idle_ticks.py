@@ -31,17 +31,28 @@ class TP(NamedTuple):
 
 
 class Consumer:
-    """What the timer asks of the Kafka consumer: highwater and last offset read."""
+    """What the timer asks of the Kafka consumer: highwater and last offset read here,
+    and the group's end and committed offsets of every input partition."""
 
     def __init__(self) -> None:
-        self.highwaters: dict[TP, int | None] = {}
+        self.ends: dict[TP, int | None] = {}
         self._read_offset: dict[TP, int] = {}
+        self.group_ends: dict[tuple[str, int], int] = {}
+        self.committed: dict[tuple[str, int], int] = {}
+        self._thread = SimpleNamespace(group_committed=self._group_committed)
 
     def assignment(self) -> set[TP]:
-        return set(self.highwaters)
+        return set(self.ends)
 
     def highwater(self, tp: TP) -> int | None:
-        return self.highwaters[tp]
+        return self.ends[tp]
+
+    async def highwaters(self, *tps: Any) -> dict[Any, int]:
+        return {tp: self.group_ends.get((tp.topic, tp.partition), 0) for tp in tps}
+
+    async def _group_committed(self, tps: list[Any]) -> dict[tuple[str, int], int]:
+        return {(tp.topic, tp.partition): self.committed[(tp.topic, tp.partition)]
+                for tp in tps if (tp.topic, tp.partition) in self.committed}
 
 
 def test_a_partition_is_caught_up_only_when_every_record_was_read() -> None:
@@ -63,7 +74,7 @@ async def test_wall_clock_ticks_wait_until_the_backlog_is_read() -> None:
     consumer = Consumer()
     route = TP(c.names.route, 0)
     backlog = TP(c.names.topic("b"), 0)
-    consumer.highwaters = {route: 0, backlog: 1}  # b-1, the join's other member, waits
+    consumer.ends = {route: 0, backlog: 1}  # b-1, the join's other member, waits
     app = SimpleNamespace(onceflow_producer=object(), consumer=consumer,
                           assignor=SimpleNamespace(assigned_actives=lambda: {route}),
                           bulk_delivery=(frozenset({route.topic, backlog.topic}),))
@@ -83,3 +94,39 @@ async def test_wall_clock_ticks_wait_until_the_backlog_is_read() -> None:
     assert worker.now is not None and worker.now > opened + 3_000_000  # the wall clock
     assert [(line["outcome"], line["identity"]) for line in c.journal()] == [
         ("join-pending", "a-1"), ("processed", "a-1"), ("processed", "b-1")]
+
+
+async def test_no_tick_while_another_worker_has_a_backlog() -> None:
+    """The partitions here are caught up, but an input partition another worker owns is
+    not (its records feed this partition through the repartition topic): no tick."""
+    c = LocalCluster(parse_triggers({"trigger": [PAIR]}), partitions=2)
+    clock = [0.0]
+    c.runtime.monotonic = lambda: clock[0]
+    opened = record_time(time.time() - 3600)
+    a_partition = 0
+    await c.runtime.handle([Delivery("a", a_partition, 0, opened, None,
+                                     orjson.dumps({"uuid": "a-1", "activation": "x"}), [])])
+    await c.pump()
+    (owner,) = [p for p, w in c.runtime.workers.items() if w.processors["pair"].joins
+                and len(w.processors["pair"].joins)]
+    worker = c.runtime.worker(owner)
+    consumer = Consumer()
+    route = TP(c.names.route, owner)
+    consumer.ends = {route: 0}  # nothing waits here
+    elsewhere = (c.names.topic("b"), 1 - owner)  # another worker's, with b-1 unread
+    consumer.group_ends = {elsewhere: 1}
+    app = SimpleNamespace(onceflow_producer=object(), consumer=consumer,
+                          assignor=SimpleNamespace(assigned_actives=lambda: {route}),
+                          bulk_delivery=(frozenset({route.topic}),))
+    options: Any = c.runtime.options
+    clock[0] = worker.last_record_at + options.idle_after + 1
+    before = worker.now
+
+    await tick_idle_partitions(app, c.runtime, options)  # type: ignore[arg-type]
+    await c.pump()
+    assert worker.now == before  # the join waits for b-1
+
+    consumer.committed = {elsewhere: 1}  # that worker has read it
+    await tick_idle_partitions(app, c.runtime, options)  # type: ignore[arg-type]
+    await c.pump()
+    assert worker.now is not None and worker.now > opened + 3_000_000
