@@ -49,6 +49,9 @@ class OnceflowApp(faust.App):
     bulk_delivery: Any = None
     route_topics: frozenset[str] = frozenset()
     onceflow_producer: AIOKafkaProducer | None = None
+    # (monotonic time, the input partitions' end offsets then), newest last: what the
+    # idle timer compares the group's committed offsets with (group_caught_up).
+    input_ends: deque[tuple[float, dict[Any, int]]]
     storage_failure: StorageError | None = None  # the local store failed: it stops
 
     def _new_transport(self) -> Any:
@@ -302,8 +305,24 @@ async def group_caught_up(app: OnceflowApp, runtime: Runtime) -> bool:
     except Exception as exc:  # noqa: BLE001 - no answer: no tick this time
         log.debug("onceflow: the group's offsets could not be read (%r): no idle tick", exc)
         return False
+    # Offsets are committed a little after their records are decided (Faust commits every
+    # few seconds), so on a deployment that keeps up with steady traffic the committed
+    # offsets are always a little behind the ends.  What counts is that the group has
+    # committed every record that was there one commit interval ago: a worker with a
+    # backlog has not.
+    now = runtime.monotonic()
+    history = getattr(app, "input_ends", None)
+    if history is None:
+        history = app.input_ends = deque()
+    history.append((now, dict(ends)))
+    window = float(app.conf.broker_commit_interval) + runtime.options.tick_interval
+    while len(history) > 1 and now - history[1][0] >= window:
+        history.popleft()
+    then, old_ends = history[0]
+    if now - then < window:
+        old_ends = ends  # no snapshot that old yet: every record must be committed
     for tp in wanted:
-        end = ends.get(tp)
+        end = old_ends.get(tp)
         done = committed.get((tp.topic, tp.partition))
         if not caught_up(end, None if done is None else done - 1):
             return False

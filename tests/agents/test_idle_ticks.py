@@ -22,6 +22,7 @@ from onceflow.triggers import parse_triggers
 
 from .cluster import LocalCluster
 
+CONF = SimpleNamespace(broker_commit_interval=2.8)  # Faust's default, seconds
 PAIR = {"name": "pair", "service": "scripted", "types": ["a", "b"], "join_timeout": "10m"}
 
 
@@ -75,7 +76,7 @@ async def test_wall_clock_ticks_wait_until_the_backlog_is_read() -> None:
     route = TP(c.names.route, 0)
     backlog = TP(c.names.topic("b"), 0)
     consumer.ends = {route: 0, backlog: 1}  # b-1, the join's other member, waits
-    app = SimpleNamespace(onceflow_producer=object(), consumer=consumer,
+    app = SimpleNamespace(onceflow_producer=object(), consumer=consumer, conf=CONF,
                           assignor=SimpleNamespace(assigned_actives=lambda: {route}),
                           bulk_delivery=(frozenset({route.topic, backlog.topic}),))
     options: Any = c.runtime.options
@@ -115,7 +116,7 @@ async def test_no_tick_while_another_worker_has_a_backlog() -> None:
     consumer.ends = {route: 0}  # nothing waits here
     elsewhere = (c.names.topic("b"), 1 - owner)  # another worker's, with b-1 unread
     consumer.group_ends = {elsewhere: 1}
-    app = SimpleNamespace(onceflow_producer=object(), consumer=consumer,
+    app = SimpleNamespace(onceflow_producer=object(), consumer=consumer, conf=CONF,
                           assignor=SimpleNamespace(assigned_actives=lambda: {route}),
                           bulk_delivery=(frozenset({route.topic}),))
     options: Any = c.runtime.options
@@ -129,4 +130,38 @@ async def test_no_tick_while_another_worker_has_a_backlog() -> None:
     consumer.committed = {elsewhere: 1}  # that worker has read it
     await tick_idle_partitions(app, c.runtime, options)  # type: ignore[arg-type]
     await c.pump()
+    assert worker.now is not None and worker.now > opened + 3_000_000
+
+
+async def test_a_group_that_keeps_up_with_steady_traffic_still_ticks() -> None:
+    """Records keep arriving on another partition and are committed a little later: the
+    group has committed everything that was there a commit interval ago, so it is not a
+    backlog, and the idle partition here gets its tick."""
+    c = LocalCluster(parse_triggers({"trigger": [PAIR]}), partitions=2)
+    clock = [100.0]
+    c.runtime.monotonic = lambda: clock[0]
+    opened = record_time(time.time() - 3600)
+    await c.runtime.handle([Delivery("a", 0, 0, opened, None,
+                                     orjson.dumps({"uuid": "a-1", "activation": "x"}), [])])
+    await c.pump()
+    (owner,) = [p for p, w in c.runtime.workers.items() if len(w.processors["pair"].joins)]
+    worker = c.runtime.worker(owner)
+    consumer = Consumer()
+    route = TP(c.names.route, owner)
+    consumer.ends = {route: 0}
+    busy = (c.names.topic("b"), 1 - owner)
+    app = SimpleNamespace(onceflow_producer=object(), consumer=consumer, conf=CONF,
+                          assignor=SimpleNamespace(assigned_actives=lambda: {route}),
+                          bulk_delivery=(frozenset({route.topic}),))
+    options: Any = c.runtime.options
+    clock[0] = worker.last_record_at + options.idle_after + 1
+    before = worker.now
+    for second in range(6):  # ten records a second arrive; commits trail by a second
+        consumer.group_ends = {busy: 10 * (second + 1)}
+        consumer.committed = {busy: 10 * second}
+        await tick_idle_partitions(app, c.runtime, options)  # type: ignore[arg-type]
+        await c.pump()
+        if second < 3:  # no snapshot a commit interval old yet: strict
+            assert worker.now == before
+        clock[0] += 1
     assert worker.now is not None and worker.now > opened + 3_000_000
