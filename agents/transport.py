@@ -23,11 +23,11 @@ back (the partition is sought back to the first of them), so a rebalance waits f
 chunk, not for a whole fetch of up to ONCEFLOW_BATCH_SIZE records.  Records given back
 were not decided; they are fetched again from the committed offset, by this worker or the
 partition's next owner.  Every record a fetch returns has moved its partition's position
-past it, so whenever fetched records are dropped undecided (the flow stopped for a
-rebalance, a new generation in the middle of a fetch, a partition no longer active) the
-partition is sought back to the first of them: aiokafka's seek to the committed offsets
-leaves a partition without a committed offset above 0 where it is, and its records would
-be read by nobody.
+past it, so whenever fetched records of onceflow's topics are dropped undecided (the flow
+stopped for a rebalance, a new generation in the middle of a fetch, a partition no longer
+active) the partition is sought back to the first of them: aiokafka's seek to the
+committed offsets leaves a partition without a committed offset above 0 where it is, and
+its records would be read by nobody.
 
 Bulk recovery.  While Faust recovers a table partition from its changelog, the records of
 that changelog go, per fetch, straight into the table's local store as one write batch per
@@ -269,7 +269,7 @@ class Consumer(faust_aiokafka.Consumer):
             committed = self._sought_committed
             await self._seek_back({
                 tp: offset for tp, offset in _first_offsets(records).items()
-                if not (committed.get(tp) or 0) > 0}, "flow stopped")
+                if tp.topic in topics and not (committed.get(tp) or 0) > 0}, "flow stopped")
             return
         app = self.app
         generation = app.consumer_generation_id
@@ -285,7 +285,7 @@ class Consumer(faust_aiokafka.Consumer):
                     if not fetched:
                         continue
                 usable[tp] = fetched
-            elif fetched:
+            elif fetched and tp.topic in topics:
                 inactive[tp] = fetched
         if inactive:
             await self._seek_back(_first_offsets(inactive), "partition not active")
@@ -300,7 +300,7 @@ class Consumer(faust_aiokafka.Consumer):
             if app.consumer_generation_id != generation or not self.flow_active:
                 # A rebalance: the rest is read again, by this worker or the partitions'
                 # next owners; the position of a partition kept must not stay past it.
-                await self._seek_back(_not_taken(usable, read_before, taken),
+                await self._seek_back(_not_taken(usable, read_before, taken, topics),
                                       "rebalance during a fetch")
                 break
             offset = record.offset
@@ -489,14 +489,16 @@ def _first_offsets(records: Mapping[Any, list[Any]]) -> dict[Any, int]:
 
 
 def _not_taken(usable: Mapping[Any, list[Any]], read_before: Mapping[Any, int | None],
-               taken: Mapping[Any, int]) -> dict[Any, int]:
-    """The first record of each partition that a fetch loop left before taking it.
+               taken: Mapping[Any, int], topics: frozenset[str]) -> dict[Any, int]:
+    """The first record of each partition of `topics` that a fetch loop left untaken.
 
     `taken` holds the last record taken of a partition; when none was, a record below the
     read offset from before the loop was read already (Faust's rule), not dropped.
     """
     first: dict[Any, int] = {}
     for tp, fetched in usable.items():
+        if tp.topic not in topics:
+            continue  # Faust's own (changelogs): Faust's rules
         last = taken.get(tp)
         before = read_before.get(tp)
         for record in fetched:
