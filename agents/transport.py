@@ -153,7 +153,8 @@ class FetchHighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
         return {tp: value for tp, value in fixed.items() if value is not None}
 
 
-BulkHandler = Callable[[list[wire.Delivery]], Awaitable[None]]
+# Takes a chunk of records; False: they were not decided (given back, not acknowledged).
+BulkHandler = Callable[[list[wire.Delivery]], Awaitable[bool]]
 
 
 class Consumer(faust_aiokafka.Consumer):
@@ -167,6 +168,7 @@ class Consumer(faust_aiokafka.Consumer):
     fetched_at: float | None = None  # monotonic time the fetch loop last came round
     delivered_at: float | None = None  # ... last handed records to the handler
     handling_since: float | None = None  # ... began the chunk in hand (None: none)
+    revoking_since: float | None = None  # ... a revocation began (None: none under way)
     _sought_committed: Mapping[Any, int] = {}  # the committed offsets of the last seek to them
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -202,7 +204,11 @@ class Consumer(faust_aiokafka.Consumer):
         """Faust's, and forget where the partitions were."""
         for tp in revoked:
             self._gapless.moved(tp, None)
-        await super().on_partitions_revoked(revoked)
+        self.revoking_since = time.monotonic()
+        try:
+            await super().on_partitions_revoked(revoked)
+        finally:
+            self.revoking_since = None
 
     async def on_partitions_assigned(self, assigned: set[Any], generation_id: int = 0) -> None:
         """Faust's; a partition assigned is read from where the broker's group says."""
@@ -418,9 +424,12 @@ class Consumer(faust_aiokafka.Consumer):
                 chunk = batch[start:start + size]
                 self.handling_since = self.delivered_at = time.monotonic()
                 try:
-                    await handle(chunk)
+                    decided = await handle(chunk)
                 finally:
                     self.handling_since = None
+                if decided is False:
+                    await self._give_back(batch[start:])
+                    return
                 self._acknowledge(chunk)
         finally:
             in_hand.acked = True

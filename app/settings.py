@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from onceflow.agents.context import WorkerOptions
 from onceflow.agents.signing import RouteSigner, route_key
 from onceflow.errors import ConfigError
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .flags import WORKER_FLAGS
@@ -23,6 +23,13 @@ LOG_LEVELS = {"crit": "critical", "critical": "critical", "error": "error", "war
               "warning": "warning", "info": "info", "debug": "debug"}
 
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+# The consumer's request timeout (Faust's broker_request_timeout, passed as set): the group
+# session may not be longer (Faust refuses to start the consumer otherwise).
+REQUEST_TIMEOUT = 90.0
+# The fetch loop waits up to this long for records (agents/transport.py): a poll interval
+# no longer than that would make an idle worker leave its group.
+FETCH_WAIT = 1.0
 
 
 def own_address() -> str:
@@ -76,8 +83,17 @@ class WorkerSettings(BaseSettings):
         description="seconds partition time may run ahead of the wall clock")
     extra_topics: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="comma-separated topics read although no trigger reads them")
-    session_timeout: float = Field(10.0, gt=0, description="consumer group session, seconds")
-    heartbeat_interval: float = Field(1.0, gt=0, description="group heartbeat, seconds")
+    session_timeout: float = Field(
+        10.0, ge=0.001, le=REQUEST_TIMEOUT, allow_inf_nan=False,
+        description=f"consumer group session, seconds (at most {REQUEST_TIMEOUT:g}, the "
+        "consumer's request timeout)")
+    heartbeat_interval: float = Field(
+        1.0, ge=0.001, allow_inf_nan=False,
+        description="group heartbeat, seconds (less than the session timeout)")
+    max_poll_interval: float = Field(
+        1000.0, gt=FETCH_WAIT, le=2_147_483, allow_inf_nan=False,
+        description="seconds the consumer may go without fetching (a chunk whose services "
+        "run longer) before it leaves the group and its partitions move")
     stuck_after: float = Field(
         120.0, gt=0, description="seconds without fetching (or taking waiting records) "
         "after which /livez reports the consumer stuck")
@@ -94,6 +110,15 @@ class WorkerSettings(BaseSettings):
         "(e.g. min.insync.replicas=2)")
     create_topics: bool = Field(
         True, description="create missing topics; false: only check the pre-created ones")
+
+    @field_validator("heartbeat_interval")
+    @classmethod
+    def _heartbeat_within_session(cls, value: float, info: ValidationInfo) -> float:
+        session = info.data.get("session_timeout")
+        if session is not None and value >= session:
+            raise ValueError(f"{value:g} s is not less than ONCEFLOW_SESSION_TIMEOUT "
+                             f"({session:g} s); about a third of it or less")
+        return value
 
     @field_validator("replication_factor")
     @classmethod
@@ -257,6 +282,8 @@ class WorkerSettings(BaseSettings):
             "consumer_auto_offset_reset": "earliest",
             "broker_session_timeout": self.session_timeout,
             "broker_heartbeat_interval": self.heartbeat_interval,
+            "broker_request_timeout": REQUEST_TIMEOUT,
+            "broker_max_poll_interval": self.max_poll_interval,
             "producer_acks": -1,
             "broker_max_poll_records": self.batch_size,
             "web_host": self.advertised_host,

@@ -162,6 +162,36 @@ def test_a_bad_chunk_size_is_one_line_naming_the_setting(value: str, says: str) 
     one_line_error(result, 2, "ONCEFLOW_CHUNK_SIZE", says)
 
 
+@pytest.mark.parametrize("env,named,says", [
+    ({"ONCEFLOW_SESSION_TIMEOUT": "1000"}, "ONCEFLOW_SESSION_TIMEOUT", "less than or equal to 90"),
+    ({"ONCEFLOW_SESSION_TIMEOUT": "inf"}, "ONCEFLOW_SESSION_TIMEOUT", "finite"),
+    ({"ONCEFLOW_SESSION_TIMEOUT": "0.0001"}, "ONCEFLOW_SESSION_TIMEOUT", "0.001"),
+    ({"ONCEFLOW_SESSION_TIMEOUT": "6", "ONCEFLOW_HEARTBEAT_INTERVAL": "6"},
+     "ONCEFLOW_HEARTBEAT_INTERVAL", "not less than ONCEFLOW_SESSION_TIMEOUT"),
+    ({"ONCEFLOW_HEARTBEAT_INTERVAL": "0"}, "ONCEFLOW_HEARTBEAT_INTERVAL", "0.001"),
+    ({"ONCEFLOW_MAX_POLL_INTERVAL": "0.5"}, "ONCEFLOW_MAX_POLL_INTERVAL", "greater than 1"),
+    ({"ONCEFLOW_MAX_POLL_INTERVAL": "nan"}, "ONCEFLOW_MAX_POLL_INTERVAL", "finite"),
+    ({"ONCEFLOW_MAX_POLL_INTERVAL": "1e12"}, "ONCEFLOW_MAX_POLL_INTERVAL", "less than"),
+])
+def test_a_timing_the_consumer_refuses_is_one_line_naming_the_setting(
+        env: dict[str, str], named: str, says: str) -> None:
+    """Each of these passed validation and then stopped the worker with a Faust or aiokafka
+    traceback (ONCEFLOW_SESSION_TIMEOUT=1000: 374 lines, issue 28 §6)."""
+    result = onceflow("worker", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                      env={**DEAD_BROKER, **env})
+    one_line_error(result, 2, named, says)
+
+
+def test_the_timings_reach_faust() -> None:
+    from onceflow.app.settings import WorkerSettings
+
+    settings = WorkerSettings(session_timeout=6, heartbeat_interval=2, max_poll_interval=30)
+    faust = settings.faust_settings()
+    assert (faust["broker_session_timeout"], faust["broker_heartbeat_interval"],
+            faust["broker_max_poll_interval"]) == (6, 2, 30)
+    assert faust["broker_request_timeout"] >= faust["broker_session_timeout"]
+
+
 def test_the_chunk_size_reaches_the_worker_options() -> None:
     from onceflow.app.settings import WorkerSettings
 
