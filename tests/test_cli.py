@@ -360,3 +360,50 @@ def test_worker_commands_against_something_that_is_not_a_worker(
     result = onceflow(*command, "--web", not_a_worker, env=DEAD_BROKER)
     line = one_line_error(result, 2, "(200)", "not onceflow")
     assert "\x1b" not in line
+
+
+def test_onceflow_alone_prints_its_help() -> None:
+    result = onceflow()
+    assert result.returncode == 2
+    assert "usage: onceflow" in result.stdout and "replay" in result.stdout
+    assert "the following arguments are required" not in result.stderr
+
+
+def test_dash_capital_v_is_the_version() -> None:
+    result = onceflow("-V")
+    assert result.returncode == 0 and result.stdout.startswith("onceflow ")
+
+
+def test_spark_alone_names_its_commands_not_an_internal_name() -> None:
+    result = onceflow("spark")
+    assert result.returncode == 2
+    assert "spark_command" not in result.stderr and "{replay,audit}" in result.stderr
+
+
+def test_an_unknown_broker_host_says_it_cannot_be_resolved(tmp_path: Path) -> None:
+    records = tmp_path / "one.jsonl"
+    records.write_text('{"ts": 0, "topic": "a", "value": 1}\n')
+    result = onceflow("send", str(records),
+                      env={"ONCEFLOW_BROKER_URL": "kafka://no-such-host.invalid:9092"})
+    one_line_error(result, 3, "no-such-host.invalid:9092", "the host name cannot be resolved")
+    assert "unknown error" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["send", "FILE"], ["journal"], ["resubmit", "billing", "--triggers", "TRIGGERS"]])
+def test_send_journal_and_resubmit_take_broker_as_worker_does(
+        command: list[str], tmp_path: Path) -> None:
+    records = tmp_path / "one.jsonl"
+    records.write_text('{"ts": 0, "topic": "a", "value": 1}\n')
+    args = [str(records) if a == "FILE" else str(REPO / "deploy" / "triggers.toml")
+            if a == "TRIGGERS" else a for a in command]
+    result = onceflow(*args, "--broker", "kafka://127.0.0.1:9",
+                      env={"ONCEFLOW_BROKER_URL": "kafka://127.0.0.1:1",
+                           "ONCEFLOW_ADMIN_TOKEN": "t"})
+    one_line_error(result, 3, "127.0.0.1:9")
+
+
+def test_resubmit_without_a_token_refuses_before_writing() -> None:
+    result = onceflow("resubmit", "billing", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                      env=DEAD_BROKER)  # nothing is read or written: no broker needed
+    one_line_error(result, 2, "ONCEFLOW_ADMIN_TOKEN is not set")
