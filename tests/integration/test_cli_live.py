@@ -120,6 +120,14 @@ def test_send_from_stdin_then_the_journal(broker: EmbeddedBroker, start_worker: 
     one_line_error(nothing, 2, "no journal record", "give --activation")
     unknown = onceflow("history", "nosuch", "o-1", *web, env=env)
     one_line_error(unknown, 2, "no trigger named 'nosuch'", "billing", "fulfil")
+    # No entry: the answer is printed, and the command says so and exits 1 (it exited 0).
+    none = onceflow("history", "billing", "nope", *web, env=env)
+    assert none.returncode == 1 and '"entry": null' in none.stdout
+    assert "has no history entry for identity 'nope'" in none.stderr
+    # resubmit of an identity no journal record has: nothing done, exit 1 (it exited 0).
+    matched = onceflow("resubmit", "billing", "--triggers", str(triggers), "--identity", "zzz",
+                       env={**env, "ONCEFLOW_ADMIN_TOKEN": "any"})
+    one_line_error(matched, 1, "nothing matched", "'zzz'")
 
 
 def test_journal_follow_stops_cleanly_on_sigterm(broker: EmbeddedBroker, start_worker: Any,
