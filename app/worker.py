@@ -53,6 +53,35 @@ def check_port(host: str, port: int) -> None:
                           "free port)") from None
 
 
+LOCK_FILE = "onceflow.lock"
+_held: list[int] = []  # the lock's file descriptor, open for the life of the process
+
+
+def lock_data_dir(data_dir: Path) -> None:
+    """Hold the data directory for this process, or stop: it is another worker's.
+
+    A second worker on a directory in use would join the group (a rebalance for every
+    worker), then wait on RocksDB's lock of each database and stop with its traceback.
+    """
+    import fcntl
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip()
+        os.close(fd)
+        raise ConfigError("environment", f"ONCEFLOW_DATA_DIR {data_dir}",
+                          "in use by another worker"
+                          + (f" (pid {holder})" if holder.isdigit() else "")
+                          + "; give each worker a data directory of its own") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _held.append(fd)
+
+
 def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     """Create the topics, build the app and run it until stopped (SIGTERM, Ctrl-C)."""
     import faust
@@ -64,6 +93,7 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     triggers = load_triggers(path)
     callees = load_callees(triggers, base_dir=path.resolve().parent)
     check_port(settings.bind_host, settings.web_port)
+    lock_data_dir(settings.data_dir)  # before anything reaches the broker or the group
     plan = deployment_topics(
         triggers, Names(settings.topic_prefix), partitions=settings.partitions,
         replication=settings.replication_factor, config=settings.topic_config,

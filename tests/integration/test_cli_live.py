@@ -218,3 +218,23 @@ def test_journal_of_a_deployment_with_no_journal_yet(broker: EmbeddedBroker,
     assert result.returncode == 0 and result.stdout == ""
     assert "is empty or does not exist (check ONCEFLOW_TOPIC_PREFIX)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_second_worker_on_a_data_dir_in_use_stops_before_joining(
+        broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
+    """It joined the group (a rebalance of every worker), hung 38 s and printed a 52-line
+    RocksDB LOCK traceback (issue 28 §6)."""
+    triggers = tmp_path / "triggers.toml"
+    triggers.write_text(TRIGGERS)
+    prefix = new_prefix()
+    first = start_worker(triggers, prefix, partitions=2)
+    started = time.monotonic()
+    second = start_worker(triggers, prefix, name="w2", partitions=2, wait=False,
+                          data_dir=first.env["ONCEFLOW_DATA_DIR"])
+    assert second.process is not None
+    assert second.process.wait(timeout=30) == 2
+    assert time.monotonic() - started < 15
+    said = [line for line in second.log_path.read_text().splitlines() if line.strip()]
+    assert len(said) == 1 and "in use by another worker" in said[0], said
+    assert "rebalanc" not in first.log_path.read_text().lower()
+    assert first.alive
