@@ -238,3 +238,68 @@ def test_a_second_worker_on_a_data_dir_in_use_stops_before_joining(
     assert len(said) == 1 and "in use by another worker" in said[0], said
     assert "rebalanc" not in first.log_path.read_text().lower()
     assert first.alive
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("PPid:") and int(line.split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _gone(pids: list[int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+            except OSError:
+                continue
+            if state != "Z":
+                alive.append(pid)
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_replay_live_stopped_or_killed_leaves_no_broker_or_worker(sig: int) -> None:
+    """Sent SIGTERM it exited and left its embedded broker and worker running, re-parented
+    to init; a SIGKILL did the same (issue 28 §6)."""
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "and_join_complete"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEFLOW_")}
+    run = subprocess.Popen([sys.executable, "-m", "onceflow.app.cli", "replay", "--live",
+                            str(scenario)], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(children) < 2 and run.poll() is None and time.monotonic() < deadline:
+            children = _children(run.pid)
+            time.sleep(0.05)
+        assert len(children) == 2, f"no broker and worker seen: {children}"
+        run.send_signal(sig)
+        run.wait(timeout=60)
+        if sig == signal.SIGTERM:
+            assert run.returncode == 143
+        assert _gone(children, 30), f"still running: {children}"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
