@@ -94,6 +94,10 @@ class WorkerSettings(BaseSettings):
         1000.0, gt=FETCH_WAIT, le=2_147_483, allow_inf_nan=False,
         description="seconds the consumer may go without fetching (a chunk whose services "
         "run longer) before it leaves the group and its partitions move")
+    broker_lost_timeout: float = Field(
+        60.0, ge=1, le=3600, allow_inf_nan=False,
+        description="seconds a worker goes on while no broker answers; then it stops "
+        "(exit 3)")
     stuck_after: float = Field(
         120.0, gt=0, description="seconds without fetching (or taking waiting records) "
         "after which /livez reports the consumer stuck")

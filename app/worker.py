@@ -18,6 +18,7 @@ from onceflow.engine import load_callees
 from onceflow.errors import ConfigError
 from onceflow.triggers import load_triggers
 
+from .broker_loss import CHECK_EVERY, BrokerWatch
 from .membership import assignor_with, check_group, fingerprint
 from .settings import WorkerSettings
 from .topics import deployment_topics, ensure_topics
@@ -113,6 +114,12 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
                                                          settings.allow_trigger_change)}
     app = build_app(triggers, callees, options, faust_settings)
     add_web_views(app, settings)
+    watch = BrokerWatch(app.health, settings.bootstrap_servers, settings.broker_lost_timeout)
+
+    @app.timer(CHECK_EVERY)
+    async def broker_watch() -> None:
+        await watch.check()
+
     print(f"onceflow: worker for {path} (trigger set {mine}) on {settings.broker_url}; web "
           f"views on {settings.bind_host}:{settings.web_port}, advertised as "
           f"{settings.web_url}", file=sys.stderr, flush=True)
