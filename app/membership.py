@@ -4,10 +4,11 @@ Every worker puts a fingerprint of its trigger set (a hash of the triggers and t
 settings as the worker reads them, not of the file's text) in the metadata it sends when
 it joins the consumer group.  A worker whose fingerprint differs from the group's stops
 with both fingerprints and what to do, instead of joining a group that disagrees about
-which triggers exist: before joining, when the broker describes the group's members with
-their metadata (Apache Kafka does); else when it joins, refused by the group leader,
-which gives it no partitions.  ONCEFLOW_ALLOW_TRIGGER_CHANGE lets a worker join anyway
-(a rolling change of the trigger file).
+which triggers exist: before joining, from the group's members as the broker describes
+them (their metadata on Apache Kafka, their member ids, which begin with the worker's
+client id `onceflow-<fingerprint>`, on the embedded broker); failing that when it joins,
+refused by the group leader, which gives it no partitions.  ONCEFLOW_ALLOW_TRIGGER_CHANGE
+lets a worker join anyway (a rolling change of the trigger file).
 """
 
 from __future__ import annotations
@@ -48,6 +49,31 @@ def fingerprint(triggers: TriggerSet) -> str:
     }
     text = json.dumps(normal, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+CLIENT_ID = "onceflow-"  # + the fingerprint: the worker's Kafka client id
+
+
+def client_id(mine: str, allow_change: bool) -> str:
+    """The Kafka client id of a worker: it carries the fingerprint into the member id.
+
+    Brokers that leave member metadata out of DescribeGroups (the embedded one) still
+    name each member by an id that begins with its client id, so a worker can compare
+    fingerprints before it joins there too.  A worker that allows a change names none.
+    """
+    return f"{CLIENT_ID}{'rolling-' if allow_change else ''}{mine}"
+
+
+def _id_print(text: str | None) -> str | None:
+    """The fingerprint a client id or member id begins with (client_id), if any."""
+    if not text or not text.startswith(CLIENT_ID):
+        return None
+    candidate = text[len(CLIENT_ID):len(CLIENT_ID) + 16]
+    rest = text[len(CLIENT_ID) + 16:]
+    if len(candidate) == 16 and all(c in "0123456789abcdef" for c in candidate) and (
+            not rest or rest.startswith("-")):
+        return candidate
+    return None
 
 
 def refusal(source: str, mine: str, group: str, theirs: str, where: str) -> str:
@@ -133,7 +159,9 @@ async def group_fingerprints(cluster: Cluster, group: str) -> dict[str, str | No
             members = described[5] if len(described) > 5 else ()
             for member in members:
                 member_id, client_id, host, metadata = member[0], member[1], member[2], member[3]
-                found[f"{host or '?'} ({client_id or member_id})"] = _member_print(metadata)
+                found[f"{host or '?'} ({client_id or member_id})"] = (
+                    _member_print(metadata) if metadata else
+                    _id_print(client_id) or _id_print(member_id))
     return found
 
 
@@ -150,8 +178,9 @@ def _member_print(metadata: bytes | None) -> str | None:
 async def check_group(cluster: Cluster, group: str, mine: str, source: str) -> None:
     """OnceflowError before joining when members run a trigger set of another fingerprint.
 
-    Brokers that leave member metadata out of DescribeGroups (the embedded one) tell
-    nothing here; the group leader refuses such a worker when it joins (assignor_with).
+    From the members' metadata, or, where the broker leaves it out of DescribeGroups (the
+    embedded one), from their member ids (client_id).  A member that tells neither (an
+    older worker) is refused by the group leader when it joins (assignor_with).
     """
     others = {member: theirs for member, theirs in
               (await group_fingerprints(cluster, group)).items()

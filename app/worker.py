@@ -19,7 +19,7 @@ from onceflow.errors import ConfigError
 from onceflow.triggers import load_triggers
 
 from .broker_loss import CHECK_EVERY, BrokerWatch
-from .membership import assignor_with, check_group, fingerprint
+from .membership import assignor_with, check_group, client_id, fingerprint
 from .settings import WorkerSettings
 from .topics import deployment_topics, ensure_topics
 
@@ -110,6 +110,7 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     options = dataclasses.replace(settings.options(), replication_factor=replication)
     faust_settings = {**settings.faust_settings(), "topic_replication_factor": replication,
+                      "broker_client_id": client_id(mine, settings.allow_trigger_change),
                       "PartitionAssignor": assignor_with(mine, str(path),
                                                          settings.allow_trigger_change)}
     app = build_app(triggers, callees, options, faust_settings)

@@ -180,3 +180,14 @@ def test_a_bridge_without_partitions_says_so_every_30_s(
     consumer.assigned = set()
     assert warnings_after(91) == 0
     assert warnings_after(93) == 1
+
+
+def test_the_client_id_carries_the_trigger_fingerprint_into_member_ids() -> None:
+    from onceflow.app.membership import _id_print, client_id
+
+    mine = "14f81253f9502a80"
+    assert client_id(mine, False) == f"onceflow-{mine}"
+    assert _id_print(f"onceflow-{mine}-a609c02c-a4a2-40b0-95ce-b31d16c0a4af") == mine
+    assert _id_print(client_id(mine, True) + "-a609c02c") is None  # a rolling change
+    for other in ("faust-0.15.3-d7e29b70", "", None, f"onceflow-{mine}x", "onceflow-zz"):
+        assert _id_print(other) is None
