@@ -110,7 +110,8 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     options = dataclasses.replace(settings.options(), replication_factor=replication)
     faust_settings = {**settings.faust_settings(), "topic_replication_factor": replication,
-                      "broker_client_id": client_id(mine, settings.allow_trigger_change),
+                      "broker_client_id": client_id(mine, settings.allow_trigger_change,
+                                                    settings.web_url),
                       "PartitionAssignor": assignor_with(mine, str(path),
                                                          settings.allow_trigger_change)}
     app = build_app(triggers, callees, options, faust_settings)
