@@ -2,10 +2,11 @@
 
 Without this, a worker whose cluster went away kept answering /readyz 200 for about 45 s,
 logged aiokafka's connection errors every 50 ms with tracebacks (about 5,000 lines in
-75 s), then stopped with Faust's crash.  Here the worker checks every second that some
-bootstrap server accepts a connection.  When none does it is not ready from that check
-on, the log lines of the libraries are held back (they only repeat that the broker is
-gone) and one line says so every few seconds; when a server answers again within
+75 s), then stopped with Faust's crash.  Here, once the Kafka clients have logged a
+connection error, the worker checks every second that some bootstrap server accepts a
+connection.  When none does it is not ready from that check on, the log lines of the
+libraries are held back (they only repeat that the broker is gone) and one line says so
+every few seconds; when a server answers again within
 ONCEFLOW_BROKER_LOST_TIMEOUT the worker goes on (the clients reconnect by themselves),
 and when none has by then it stops with one line and exit code 3.  Nothing is lost by
 stopping: records are acknowledged only once what they decided is durable.
@@ -45,16 +46,20 @@ class LostBrokerQuiet(logging.Filter):
         super().__init__()
         self.quiet = False
         self.clock = clock
+        self.suspect = False  # a connection error was logged since the last check
         self._noise_at: float | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Whether the line gets through."""
         if record.name.startswith("onceflow"):
             return True
+        message = record.getMessage()
+        noise = any(marker in message for marker in CONNECTION_NOISE)
+        if noise:
+            self.suspect = True
         if self.quiet:
             return False
-        message = record.getMessage()
-        if not any(marker in message for marker in CONNECTION_NOISE):
+        if not noise:
             return True
         now = self.clock()
         if self._noise_at is not None and now - self._noise_at < SAY_EVERY:
@@ -101,8 +106,17 @@ class BrokerWatch:
         self._said_at = 0.0
 
     async def check(self) -> None:
-        """One check (every CHECK_EVERY seconds)."""
+        """One check (every CHECK_EVERY seconds): connect only when there is reason to.
+
+        A connection a second would show in the brokers' own logs (a TLS listener logs
+        each one that closes before its handshake), so the servers are tried only after
+        the clients logged a connection error, and while they are gone.
+        """
         self.install_once()  # Faust sets its handlers up when it starts
+        quiet = self.quiet
+        if not quiet.suspect and self.health.broker_lost_since is None:
+            return
+        quiet.suspect = False
         answered = await any_server_answers(self.servers)
         self.seen(answered)
 

@@ -72,3 +72,21 @@ async def test_a_server_that_listens_answers() -> None:
     finally:
         server.close()
     assert not await broker_loss.any_server_answers([("127.0.0.1", 9)])
+
+
+async def test_the_servers_are_tried_only_after_a_connection_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tried: list[object] = []
+
+    async def answers(servers: object) -> bool:
+        tried.append(servers)
+        return True
+
+    monkeypatch.setattr(broker_loss, "any_server_answers", answers)
+    watch = BrokerWatch(Health(stuck_after=120), "b1:9092", timeout=30, clock=Clock())
+    await watch.check()
+    assert tried == []  # a healthy worker opens no connections of its own
+    watch.quiet.filter(record("aiokafka.conn", "Unable connect to node with id 1"))
+    await watch.check()
+    await watch.check()
+    assert tried == [[("b1", 9092)]]
