@@ -94,7 +94,6 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     triggers = load_triggers(path)
     callees = load_callees(triggers, base_dir=path.resolve().parent)
     check_port(settings.bind_host, settings.web_port)
-    lock_data_dir(settings.data_dir)  # before anything reaches the broker or the group
     plan = deployment_topics(
         triggers, Names(settings.topic_prefix), partitions=settings.partitions,
         replication=settings.replication_factor, config=settings.topic_config,
@@ -107,7 +106,7 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     if not settings.allow_trigger_change:
         asyncio.run(check_group(settings.cluster, Names(settings.topic_prefix).app_id, mine,
                                 str(path)))
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    lock_data_dir(settings.data_dir)  # before the worker joins the group
     options = dataclasses.replace(settings.options(), replication_factor=replication)
     faust_settings = {**settings.faust_settings(), "topic_replication_factor": replication,
                       "broker_client_id": client_id(mine, settings.allow_trigger_change,
