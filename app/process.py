@@ -81,7 +81,7 @@ def _reason(exc: Exception) -> str:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def dies_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+def dies_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
     """A preexec_fn: the child gets `sig` when the process that started it dies.
 
     The brokers and workers a command starts run in sessions of their own (Ctrl-C at the
@@ -130,13 +130,14 @@ def stopped_on_term() -> Iterator[None]:
 def launch(args: list[str], env: dict[str, str], log: IO[bytes]) -> Any:
     """`python -m onceflow.app.cli ARGS` in a session of its own, its output into `log`.
 
-    Returns the subprocess.Popen; the worker gets SIGTERM when this process dies.  (The
-    tests start their workers from a fork server with the same command line:
-    tests/forkserver.py.)
+    Returns the subprocess.Popen.  The worker gets SIGKILL when this process dies: a
+    graceful stop would wait on a broker that may have gone with it (an embedded one),
+    and a killed worker loses nothing (what it decided is durable).  (The tests start
+    their workers from a fork server with the same command line: tests/forkserver.py.)
     """
     return subprocess.Popen([sys.executable, "-m", "onceflow.app.cli", *args], env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=dies_with_parent())
+                            preexec_fn=dies_with_parent(signal.SIGKILL))
 
 
 class WorkerProcess:
