@@ -105,6 +105,12 @@ class Shared:
         self._service_threads: ThreadPoolExecutor | None = None
         # The oldest record time this worker may still be handed again (see sweep_horizon).
         self.horizon: Callable[[], float | None] = lambda: None
+        # Why this worker can no longer be sure it owns its partitions (the group may have
+        # given them to another worker), or None; the Faust app sets the consumer's check.
+        self.ownership: Callable[[], str | None] = lambda: None
+        # Partitions whose results were dropped since the current batch began (ownership),
+        # with the object that dropped them.
+        self.dropped: dict[int, object] = {}
 
     @property
     def slots(self) -> asyncio.Semaphore:

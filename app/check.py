@@ -13,6 +13,8 @@ from onceflow.triggers import load_triggers
 def check_file(path: str) -> int:
     """0 when the file passes the strict check, 1 (every problem on stderr) when not.
 
+    2 when there is no such file (as every command says of a missing file).
+
     Strict: what a worker only warns about is a problem here (unknown keys, odd trigger
     names), and so is a [topic.X] table for a topic no trigger reads.  Every service and
     resolver is imported, as a worker does at start.
@@ -21,6 +23,9 @@ def check_file(path: str) -> int:
         triggers = load_triggers(Path(path), strict=True)
         load_callees(triggers, base_dir=Path(path).resolve().parent)
     except ConfigError as exc:
+        if not Path(path).is_file():  # no file to check: a wrong argument, as elsewhere
+            print(f"onceflow: {exc.source}: {exc.where}: {exc.problem}", file=sys.stderr)
+            return 2
         for problem in exc.details or (f"{exc.where}: {exc.problem}",):
             print(f"onceflow: {exc.source}: {problem}", file=sys.stderr)
         if len(exc.details) > 1:

@@ -61,8 +61,8 @@ def _parser() -> argparse.ArgumentParser:
         "broker or worker unreachable, 4 refused by the system (file, port), 70 unexpected "
         "(ONCEFLOW_DEBUG=1 prints its traceback).",
     )
-    parser.add_argument("--version", action=_Version)
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("-V", "--version", action=_Version)
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     replay = commands.add_parser(
         "replay", help="run a scenario folder with no broker, on simulated time",
@@ -115,6 +115,7 @@ def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ign
     journal.add_argument("--follow", "-f", action="store_true",
                          help="keep printing new records until Ctrl-C or SIGTERM")
     journal.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    _broker_flag(journal)
     broker = commands.add_parser(
         "broker", help="run the embedded broker (tansu, in memory) for development")
     broker.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1")
@@ -124,6 +125,7 @@ def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ign
                       "partition?, key?, headers?, value | raw}")
     send.add_argument("--base-time", type=float, metavar="SECONDS",
                       help="record timestamp = this + ts (default: now)")
+    _broker_flag(send)
     for action in ("suspend", "resume"):
         command = commands.add_parser(action, help=f"{action} a trigger on every worker "
                                       "(needs ONCEFLOW_ADMIN_TOKEN)")
@@ -142,6 +144,7 @@ def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ign
     again.add_argument("--identity", action="append", default=[],
                        help="only this identity (repeat for more)")
     again.add_argument("--dry-run", action="store_true", help="list, do not resubmit")
+    _broker_flag(again)
     topics = commands.add_parser(
         "topics", help="print the kafka-topics.sh commands that create every topic a "
         "deployment needs", description="Print one `kafka-topics.sh --create` command for "
@@ -176,6 +179,12 @@ def _worker_commands(commands: argparse._SubParsersAction) -> None:  # type: ign
                         "cluster's client properties)")
 
 
+def _broker_flag(command: argparse.ArgumentParser) -> None:
+    """--broker URL, as `worker` has it (sets ONCEFLOW_BROKER_URL)."""
+    command.add_argument("--broker", dest="set_broker_url", metavar="URL",
+                         help="Kafka bootstrap servers (sets ONCEFLOW_BROKER_URL)")
+
+
 def _run_worker_command(args: argparse.Namespace) -> int | None:
     if args.command == "worker":
         from onceflow.app.settings import WorkerSettings
@@ -207,7 +216,8 @@ def _run_worker_command(args: argparse.Namespace) -> int | None:
     from onceflow.app import ops
     from onceflow.app.settings import WorkerSettings
 
-    settings = WorkerSettings.from_env()
+    broker = getattr(args, "set_broker_url", None)
+    settings = WorkerSettings.from_env(**({"broker_url": broker} if broker else {}))
     web = ops.web_address(getattr(args, "web", None) or settings.web_url)
     if args.command == "send":
         return ops.send_file(args.file, settings, args.base_time)
@@ -277,7 +287,11 @@ def _run_spark_command(args: argparse.Namespace) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `onceflow` command: errors are one line and an exit code."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # `onceflow` alone: what it can do
+        parser.print_help()
+        return 2
     return error_boundary(lambda: _run(args))
 
 

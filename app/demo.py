@@ -86,7 +86,10 @@ def main() -> int:
     """Entry point of `python -m onceflow.app.demo [--replay]`."""
     if "--replay" in sys.argv[1:]:
         return replay_demo()
-    return live_demo()
+    from onceflow.app.process import stopped_on_term
+
+    with stopped_on_term():  # SIGTERM stops the demo's broker and worker too
+        return live_demo()
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from onceflow.scenario import Control, Scenario, load_scenario
 from .broker import EmbeddedBroker, free_port
 from .feed import FeedRecord, JournalMapper, StandIns, feed, seed_message, seed_partitions
 from .kafka import Producer, TopicFollower, read_topic
-from .process import WorkerProcess
+from .process import WorkerProcess, stopped_on_term
 from .security import Cluster, as_cluster, security_from_env
 
 ANSWERS = TERMINAL | {JOIN_PENDING, SUSPENDED}
@@ -294,7 +294,8 @@ def print_live(path: str, *, summary: bool = False, bootstrap: str | None = None
     """The `onceflow replay --live` command."""
     from onceflow.journal import summary_table
 
-    lines = run_live(path, bootstrap=bootstrap, keep=bool(os.environ.get("ONCEFLOW_KEEP")))
+    with stopped_on_term():  # SIGTERM stops the run's broker and worker too
+        lines = run_live(path, bootstrap=bootstrap, keep=bool(os.environ.get("ONCEFLOW_KEEP")))
     if summary:
         sys.stdout.write(summary_table(lines))
     else:

@@ -4,20 +4,24 @@ Every worker puts a fingerprint of its trigger set (a hash of the triggers and t
 settings as the worker reads them, not of the file's text) in the metadata it sends when
 it joins the consumer group.  A worker whose fingerprint differs from the group's stops
 with both fingerprints and what to do, instead of joining a group that disagrees about
-which triggers exist: before joining, when the broker describes the group's members with
-their metadata (Apache Kafka does); else when it joins, refused by the group leader,
-which gives it no partitions.  ONCEFLOW_ALLOW_TRIGGER_CHANGE lets a worker join anyway
-(a rolling change of the trigger file).
+which triggers exist: before joining, from the group's members as the broker describes
+them (their metadata on Apache Kafka, their member ids, which begin with the worker's
+client id `onceflow-<fingerprint>`, on the embedded broker); failing that when it joins,
+refused by the group leader, which gives it no partitions.  ONCEFLOW_ALLOW_TRIGGER_CHANGE
+lets a worker join anyway (a rolling change of the trigger file).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
 import logging
 import os
+import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.protocol import (
@@ -48,6 +52,49 @@ def fingerprint(triggers: TriggerSet) -> str:
     }
     text = json.dumps(normal, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+CLIENT_ID = "onceflow-"  # + the fingerprint: the worker's Kafka client id
+
+
+def client_id(mine: str, allow_change: bool, web_url: str) -> str:
+    """The Kafka client id of a worker: its fingerprint and web address, into member ids.
+
+    Brokers that leave member metadata out of DescribeGroups (the embedded one) still
+    name each member by an id that begins with its client id, so a worker can compare
+    fingerprints before it joins there too, and ask the member's web address whether it
+    still runs (such a broker lists a member that has left until the group rebalances).
+    A worker that allows a change names no fingerprint.
+    """
+    parts = urlsplit(web_url)
+    where = f"{parts.port or 80}-{parts.hostname or '?'}"
+    return f"{CLIENT_ID}{'rolling-' if allow_change else ''}{mine}-{where}"
+
+
+def _id_facts(text: str | None) -> tuple[str, str | None] | None:
+    """(fingerprint, web address or None) that a client id or member id begins with."""
+    if not text or not text.startswith(CLIENT_ID):
+        return None
+    candidate = text[len(CLIENT_ID):len(CLIENT_ID) + 16]
+    rest = text[len(CLIENT_ID) + 16:]
+    if len(candidate) != 16 or any(c not in "0123456789abcdef" for c in candidate) or (
+            rest and not rest.startswith("-")):
+        return None
+    if len(rest) > 37 and _MEMBER_SUFFIX.fullmatch(rest[-37:]):
+        rest = rest[:-37]  # the broker's "-<uuid>" after the client id
+    port, _, host = rest[1:].partition("-")
+    if not port.isdigit() or not host:
+        return candidate, None
+    return candidate, f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _id_print(text: str | None) -> str | None:
+    """The fingerprint a client id or member id begins with (client_id), if any."""
+    facts = _id_facts(text)
+    return facts[0] if facts else None
+
+
+_MEMBER_SUFFIX = re.compile(r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def refusal(source: str, mine: str, group: str, theirs: str, where: str) -> str:
@@ -132,9 +179,30 @@ async def group_fingerprints(cluster: Cluster, group: str) -> dict[str, str | No
         for described in response.groups:
             members = described[5] if len(described) > 5 else ()
             for member in members:
-                member_id, client_id, host, metadata = member[0], member[1], member[2], member[3]
-                found[f"{host or '?'} ({client_id or member_id})"] = _member_print(metadata)
+                member_id, client, host, metadata = member[0], member[1], member[2], member[3]
+                where = f"{host or '?'} ({client or member_id})"
+                if metadata:
+                    found[where] = _member_print(metadata)
+                    continue
+                facts = _id_facts(client) or _id_facts(member_id)
+                if facts is None:
+                    found[where] = None
+                    continue
+                theirs, web = facts
+                # A member named only by its id may have left: only one that answers counts.
+                found[where] = theirs if web is None or await _answers(web) else None
     return found
+
+
+async def _answers(web: str) -> bool:
+    """Whether a worker answers at a web address (any HTTP answer)."""
+    from .process import WorkerUnreachable, http_json
+
+    try:
+        await asyncio.to_thread(http_json, web + "/livez", timeout=2.0)
+    except WorkerUnreachable:
+        return False
+    return True
 
 
 def _member_print(metadata: bytes | None) -> str | None:
@@ -150,8 +218,9 @@ def _member_print(metadata: bytes | None) -> str | None:
 async def check_group(cluster: Cluster, group: str, mine: str, source: str) -> None:
     """OnceflowError before joining when members run a trigger set of another fingerprint.
 
-    Brokers that leave member metadata out of DescribeGroups (the embedded one) tell
-    nothing here; the group leader refuses such a worker when it joins (assignor_with).
+    From the members' metadata, or, where the broker leaves it out of DescribeGroups (the
+    embedded one), from their member ids (client_id).  A member that tells neither (an
+    older worker) is refused by the group leader when it joins (assignor_with).
     """
     others = {member: theirs for member, theirs in
               (await group_fingerprints(cluster, group)).items()

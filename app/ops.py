@@ -221,6 +221,10 @@ def show_history(web: str, trigger: str, identity: str, activation: str | None,
                 raise OnceflowError(f"history lookup failed ({status}): {_said(body)}")
             entries.append(body)
         print(json.dumps(entries, indent=2))
+        if all(isinstance(e, dict) and e.get("entry", True) is None for e in entries):
+            print(f"onceflow: trigger {trigger!r} has no history entry for identity "
+                  f"{identity!r} in any of its activations", file=sys.stderr)
+            return 1
         return 0
     if activation is not None:
         url += f"?activation={quote(activation, safe='')}"
@@ -228,6 +232,11 @@ def show_history(web: str, trigger: str, identity: str, activation: str | None,
     if status >= 300:
         raise OnceflowError(f"history lookup failed ({status}): {_said(body)}")
     print(json.dumps(body, indent=2))
+    if isinstance(body, dict) and body.get("entry", True) is None:
+        print(f"onceflow: trigger {trigger!r} has no history entry for identity "
+              f"{identity!r}" + (f" in activation {activation!r}" if activation else ""),
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -297,6 +306,13 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
         trigger = triggers.by_name(trigger_name)
     except KeyError as exc:
         raise OnceflowError(f"{triggers_path}: {exc.args[0]}") from None
+    if not dry_run and not settings.route_signer().enabled:
+        # Unsigned records on onceflow.route: every worker with an admin token refuses them.
+        raise OnceflowError("ONCEFLOW_ADMIN_TOKEN is not set: the records resubmit writes "
+                            "to onceflow.route would not be signed, and workers with an admin "
+                            "token refuse unsigned ones; set it to the deployment's admin "
+                            "token (workers without one accept any; --dry-run lists the "
+                            "documents without it)")
 
     def tell(line: str) -> None:
         print(f"onceflow: {line}", file=sys.stderr)
@@ -308,9 +324,10 @@ def resubmit(triggers_path: str, trigger_name: str, settings: WorkerSettings, *,
     for where in done:
         print(f"onceflow: resubmit {trigger.name} {where}")
     count = len(done)
-    if not dry_run and count and not settings.route_signer().enabled:
-        tell("ONCEFLOW_ADMIN_TOKEN is not set, so these records are not signed: workers "
-             "that have an admin token refuse them (bad-input on onceflow.route)")
+    if not count and identities:
+        tell(f"nothing matched: no {outcome} document of {trigger.name!r} has the identity "
+             f"{', '.join(repr(i) for i in identities)} in the journal")
+        return 1
     print(f"onceflow: {count} {outcome} document(s) of {trigger.name!r} "
           f"{'would be ' if dry_run else ''}resubmitted")
     return 0

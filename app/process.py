@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -9,6 +10,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
@@ -76,14 +78,66 @@ def _reason(exc: Exception) -> str:
     return text[:200] if text else type(exc).__name__
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def dies_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A preexec_fn: the child gets `sig` when the process that started it dies.
+
+    The brokers and workers a command starts run in sessions of their own (Ctrl-C at the
+    terminal is the command's to handle), so nothing else ends them: a command killed with
+    SIGKILL left them running, re-parented to init.  Linux only (prctl PR_SET_PDEATHSIG);
+    elsewhere the child outlives a killed parent as before.
+    """
+    parent = os.getpid()
+
+    def arm() -> None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), sig)
+
+    return arm
+
+
+@contextlib.contextmanager
+def stopped_on_term() -> Iterator[None]:
+    """SIGTERM ends the command as Ctrl-C does, stopping what it started.
+
+    The `finally` blocks that stop its brokers and workers run (Python's default for
+    SIGTERM exits at once, without them), and the command exits 143 (128 + SIGTERM).  Only
+    in the main thread; elsewhere a no-op.
+    """
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def launch(args: list[str], env: dict[str, str], log: IO[bytes]) -> Any:
     """`python -m onceflow.app.cli ARGS` in a session of its own, its output into `log`.
 
-    Returns the subprocess.Popen.  (The tests start their workers from a fork server with
-    the same command line: tests/forkserver.py.)
+    Returns the subprocess.Popen.  The worker gets SIGKILL when this process dies: a
+    graceful stop would wait on a broker that may have gone with it (an embedded one),
+    and a killed worker loses nothing (what it decided is durable).  (The tests start
+    their workers from a fork server with the same command line: tests/forkserver.py.)
     """
     return subprocess.Popen([sys.executable, "-m", "onceflow.app.cli", *args], env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=dies_with_parent(signal.SIGKILL))
 
 
 class WorkerProcess:

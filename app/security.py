@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -206,7 +207,9 @@ def connection_failure(exc: BaseException, cluster: Cluster) -> ConnectionFailed
     """A one-line account of why a client could not connect to `cluster`."""
     where = cluster.describe()
     text = str(exc) or type(exc).__name__
-    if isinstance(exc, OSError) and exc.errno and not isinstance(exc, ssl.SSLError):
+    if isinstance(exc, socket.gaierror):  # its errno is getaddrinfo's, not the system's
+        text = f"the host name cannot be resolved ({exc.strerror or exc})"
+    elif isinstance(exc, OSError) and exc.errno and not isinstance(exc, ssl.SSLError):
         text = os.strerror(exc.errno).lower()  # "connection refused", not asyncio's words
     security = cluster.security
     if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in text:

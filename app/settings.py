@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from onceflow.agents.context import WorkerOptions
 from onceflow.agents.signing import RouteSigner, route_key
 from onceflow.errors import ConfigError
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .flags import WORKER_FLAGS
@@ -26,6 +26,13 @@ LOG_LEVELS = {"crit": "critical", "critical": "critical", "error": "error", "war
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 # A token's name goes into journal reasons and the console: short, printable, one line.
 TOKEN_NAME = r"[A-Za-z0-9][A-Za-z0-9 ._@+-]{0,63}"
+
+# The consumer's request timeout (Faust's broker_request_timeout, passed as set): the group
+# session may not be longer (Faust refuses to start the consumer otherwise).
+REQUEST_TIMEOUT = 90.0
+# The fetch loop waits up to this long for records (agents/transport.py): a poll interval
+# no longer than that would make an idle worker leave its group.
+FETCH_WAIT = 1.0
 
 
 def own_address() -> str:
@@ -82,8 +89,21 @@ class WorkerSettings(BaseSettings):
         description="seconds partition time may run ahead of the wall clock")
     extra_topics: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="comma-separated topics read although no trigger reads them")
-    session_timeout: float = Field(10.0, gt=0, description="consumer group session, seconds")
-    heartbeat_interval: float = Field(1.0, gt=0, description="group heartbeat, seconds")
+    session_timeout: float = Field(
+        10.0, ge=0.001, le=REQUEST_TIMEOUT, allow_inf_nan=False,
+        description=f"consumer group session, seconds (at most {REQUEST_TIMEOUT:g}, the "
+        "consumer's request timeout)")
+    heartbeat_interval: float = Field(
+        1.0, ge=0.001, allow_inf_nan=False,
+        description="group heartbeat, seconds (less than the session timeout)")
+    max_poll_interval: float = Field(
+        1000.0, gt=FETCH_WAIT, le=2_147_483, allow_inf_nan=False,
+        description="seconds the consumer may go without fetching (a chunk whose services "
+        "run longer) before it leaves the group and its partitions move")
+    broker_lost_timeout: float = Field(
+        60.0, ge=1, le=3600, allow_inf_nan=False,
+        description="seconds a worker goes on while no broker answers; then it stops "
+        "(exit 3)")
     stuck_after: float = Field(
         120.0, gt=0, description="seconds without fetching (or taking waiting records) "
         "after which /livez reports the consumer stuck")
@@ -108,6 +128,15 @@ class WorkerSettings(BaseSettings):
             raise ValueError(f"{value[:80]!r}: expected 1 to 64 letters, digits, spaces or "
                              "._@+- starting with a letter or digit (it is written into "
                              "journal reasons and shown in the console)")
+        return value
+
+    @field_validator("heartbeat_interval")
+    @classmethod
+    def _heartbeat_within_session(cls, value: float, info: ValidationInfo) -> float:
+        session = info.data.get("session_timeout")
+        if session is not None and value >= session:
+            raise ValueError(f"{value:g} s is not less than ONCEFLOW_SESSION_TIMEOUT "
+                             f"({session:g} s); about a third of it or less")
         return value
 
     @field_validator("replication_factor")
@@ -272,6 +301,8 @@ class WorkerSettings(BaseSettings):
             "consumer_auto_offset_reset": "earliest",
             "broker_session_timeout": self.session_timeout,
             "broker_heartbeat_interval": self.heartbeat_interval,
+            "broker_request_timeout": REQUEST_TIMEOUT,
+            "broker_max_poll_interval": self.max_poll_interval,
             "producer_acks": -1,
             "broker_max_poll_records": self.batch_size,
             "web_host": self.advertised_host,

@@ -19,7 +19,8 @@ from onceflow.errors import ConfigError
 from onceflow.triggers import load_triggers
 
 from .boundary import EXIT_SYSTEM
-from .membership import assignor_with, check_group, fingerprint
+from .broker_loss import CHECK_EVERY, BrokerWatch
+from .membership import assignor_with, check_group, client_id, fingerprint
 from .settings import WorkerSettings
 from .topics import deployment_topics, ensure_topics
 
@@ -54,6 +55,35 @@ def check_port(host: str, port: int) -> None:
                           "free port)") from None
 
 
+LOCK_FILE = "onceflow.lock"
+_held: list[int] = []  # the lock's file descriptor, open for the life of the process
+
+
+def lock_data_dir(data_dir: Path) -> None:
+    """Hold the data directory for this process, or stop: it is another worker's.
+
+    A second worker on a directory in use would join the group (a rebalance for every
+    worker), then wait on RocksDB's lock of each database and stop with its traceback.
+    """
+    import fcntl
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip()
+        os.close(fd)
+        raise ConfigError("environment", f"ONCEFLOW_DATA_DIR {data_dir}",
+                          "in use by another worker"
+                          + (f" (pid {holder})" if holder.isdigit() else "")
+                          + "; give each worker a data directory of its own") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _held.append(fd)
+
+
 def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     """Create the topics, build the app and run it until stopped (SIGTERM, Ctrl-C)."""
     import faust
@@ -77,13 +107,21 @@ def run_worker(triggers_path: str, settings: WorkerSettings) -> int:
     if not settings.allow_trigger_change:
         asyncio.run(check_group(settings.cluster, Names(settings.topic_prefix).app_id, mine,
                                 str(path)))
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    lock_data_dir(settings.data_dir)  # before the worker joins the group
     options = dataclasses.replace(settings.options(), replication_factor=replication)
     faust_settings = {**settings.faust_settings(), "topic_replication_factor": replication,
+                      "broker_client_id": client_id(mine, settings.allow_trigger_change,
+                                                    settings.web_url),
                       "PartitionAssignor": assignor_with(mine, str(path),
                                                          settings.allow_trigger_change)}
     app = build_app(triggers, callees, options, faust_settings)
     add_web_views(app, settings)
+    watch = BrokerWatch(app.health, settings.bootstrap_servers, settings.broker_lost_timeout)
+
+    @app.timer(CHECK_EVERY)
+    async def broker_watch() -> None:
+        await watch.check()
+
     print(f"onceflow: worker for {path} (trigger set {mine}) on {settings.broker_url}; web "
           f"views on {settings.bind_host}:{settings.web_port}, advertised as "
           f"{settings.web_url}", file=sys.stderr, flush=True)

@@ -46,7 +46,7 @@ from pathlib import Path
 import orjson
 from onceflow.app.broker import EmbeddedBroker, free_port
 from onceflow.app.kafka import Producer, TopicFollower
-from onceflow.app.process import WorkerProcess
+from onceflow.app.process import WorkerProcess, dies_with_parent, stopped_on_term
 from onceflow.app.topics import TopicSpec, ensure_topics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -248,7 +248,8 @@ def script_run(broker: EmbeddedBroker, items: int, unique: set[str], name: str,
     run with `env` added, followed on `output` until one record per unique uuid."""
     log = log_path.open("wb")
     process = subprocess.Popen([sys.executable, str(script)], env={**os.environ, **env},
-                               stdout=log, stderr=subprocess.STDOUT)
+                               stdout=log, stderr=subprocess.STDOUT,
+                               preexec_fn=dies_with_parent())
     try:
         cpu = Cpu({name: process.pid, "broker": broker.process.pid})  # type: ignore[union-attr]
         seconds, values = watch_outputs(broker.bootstrap, output, len(unique),
@@ -370,4 +371,5 @@ def naive_rate_on(broker: EmbeddedBroker, count: int, workdir: Path) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    with stopped_on_term():  # SIGTERM stops the broker and workers it started
+        main()

@@ -28,7 +28,7 @@ from pathlib import Path
 import worker as worker_bench  # bench/worker.py: fill()
 from onceflow.app.broker import EmbeddedBroker, free_port
 from onceflow.app.kafka import TopicFollower
-from onceflow.app.process import WorkerProcess, WorkerUnreachable, http_json
+from onceflow.app.process import WorkerProcess, WorkerUnreachable, http_json, stopped_on_term
 
 PREFIX = worker_bench.PREFIX
 TRIGGERS = Path(__file__).resolve().parent / "worker" / "triggers.toml"
@@ -109,4 +109,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with stopped_on_term():  # SIGTERM stops the broker and workers it started
+        main()

@@ -26,7 +26,13 @@ from pathlib import Path
 import orjson
 from onceflow.app.broker import EmbeddedBroker, free_port
 from onceflow.app.kafka import Producer, TopicFollower
-from onceflow.app.process import WorkerProcess, WorkerUnreachable, http_json
+from onceflow.app.process import (
+    WorkerProcess,
+    WorkerUnreachable,
+    dies_with_parent,
+    http_json,
+    stopped_on_term,
+)
 from onceflow.app.topics import TopicSpec, ensure_topics
 
 HERE = Path(__file__).resolve().parent / "worker"
@@ -91,7 +97,8 @@ def naive_rate(broker: EmbeddedBroker, documents: int, workdir: Path, name: str,
            "NAIVE_APP_ID": name, "NAIVE_BATCH_SIZE_1": "1" if batch_size_1 else "0"}
     log = (workdir / f"{name}.log").open("wb")
     process = subprocess.Popen([sys.executable, str(HERE / "naive_agent.py")], env=env,
-                               stdout=log, stderr=subprocess.STDOUT)
+                               stdout=log, stderr=subprocess.STDOUT,
+                               preexec_fn=dies_with_parent())
     try:
         started = None
         while True:
@@ -133,4 +140,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with stopped_on_term():  # SIGTERM stops the broker and workers it started
+        main()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .calls import DUPLICATE, IN_DOUBT, NEW, CallContext, Callee
-from .envelope import MAX_IDENTITY_LENGTH, Document, seconds
+from .envelope import MAX_IDENTITY_LENGTH, Document, iso_time
 from .errors import HistoryUnavailable, TransientError
 from .history import History
 from .triggers import ON_FAILURE_SUSPEND, TriggerDef
@@ -86,12 +86,11 @@ def _check_history(
         return _NEW
     if entry.completed:
         if entry.failed:
-            return Decision(Status.REJECTED,
-                            f"already processed (started at {seconds(entry.started)}) and it "
-                            f"failed")
+            return Decision(Status.REJECTED, f"already processed (started at "
+                            f"{iso_time(entry.started)}) and it failed")
         return Decision(Status.DUPLICATE,
-                        f"already processed (started at {seconds(entry.started)})")
-    why = f"history has a processing entry only (started at {seconds(entry.started)})"
+                        f"already processed (started at {iso_time(entry.started)})")
+    why = f"history has a processing entry only (started at {iso_time(entry.started)})"
     if resolver is not None:
         return _resolve(trigger, document, resolver, why, entry.describe())
     return Decision(Status.IN_DOUBT, why)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import orjson
@@ -545,3 +546,16 @@ def json_kind(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return type(value).__name__
+
+
+def iso_time(ms: Timestamp) -> str:
+    """A record time (epoch milliseconds) as an operator reads it: ISO-8601 UTC, to the ms.
+
+    For the reasons of journal records ("started at 2026-11-23T20:00:00.123Z"); a time no
+    calendar date holds is shown as the number of seconds it is.
+    """
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return repr(seconds(ms))
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -23,7 +23,7 @@ def add_spark_commands(commands: Any) -> None:
         "spark", help="the Spark pipeline: replay archives at scale, audit journals",
         description="Run the same trigger semantics as `onceflow replay` over archives of "
         "records on Spark, and audit journals against the guarantees.")
-    sub = spark.add_subparsers(dest="spark_command", required=True)
+    sub = spark.add_subparsers(dest="spark_command", required=True, metavar="{replay,audit}")
     replay = sub.add_parser(
         "replay", help="an archive through the triggers; journal and documents to files",
         description="Read an archive (JSON lines in the scenario record format and/or "

@@ -162,6 +162,36 @@ def test_a_bad_chunk_size_is_one_line_naming_the_setting(value: str, says: str) 
     one_line_error(result, 2, "ONCEFLOW_CHUNK_SIZE", says)
 
 
+@pytest.mark.parametrize("env,named,says", [
+    ({"ONCEFLOW_SESSION_TIMEOUT": "1000"}, "ONCEFLOW_SESSION_TIMEOUT", "less than or equal to 90"),
+    ({"ONCEFLOW_SESSION_TIMEOUT": "inf"}, "ONCEFLOW_SESSION_TIMEOUT", "finite"),
+    ({"ONCEFLOW_SESSION_TIMEOUT": "0.0001"}, "ONCEFLOW_SESSION_TIMEOUT", "0.001"),
+    ({"ONCEFLOW_SESSION_TIMEOUT": "6", "ONCEFLOW_HEARTBEAT_INTERVAL": "6"},
+     "ONCEFLOW_HEARTBEAT_INTERVAL", "not less than ONCEFLOW_SESSION_TIMEOUT"),
+    ({"ONCEFLOW_HEARTBEAT_INTERVAL": "0"}, "ONCEFLOW_HEARTBEAT_INTERVAL", "0.001"),
+    ({"ONCEFLOW_MAX_POLL_INTERVAL": "0.5"}, "ONCEFLOW_MAX_POLL_INTERVAL", "greater than 1"),
+    ({"ONCEFLOW_MAX_POLL_INTERVAL": "nan"}, "ONCEFLOW_MAX_POLL_INTERVAL", "finite"),
+    ({"ONCEFLOW_MAX_POLL_INTERVAL": "1e12"}, "ONCEFLOW_MAX_POLL_INTERVAL", "less than"),
+])
+def test_a_timing_the_consumer_refuses_is_one_line_naming_the_setting(
+        env: dict[str, str], named: str, says: str) -> None:
+    """Each of these passed validation and then stopped the worker with a Faust or aiokafka
+    traceback (ONCEFLOW_SESSION_TIMEOUT=1000: 374 lines, issue 28 §6)."""
+    result = onceflow("worker", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                      env={**DEAD_BROKER, **env})
+    one_line_error(result, 2, named, says)
+
+
+def test_the_timings_reach_faust() -> None:
+    from onceflow.app.settings import WorkerSettings
+
+    settings = WorkerSettings(session_timeout=6, heartbeat_interval=2, max_poll_interval=30)
+    faust = settings.faust_settings()
+    assert (faust["broker_session_timeout"], faust["broker_heartbeat_interval"],
+            faust["broker_max_poll_interval"]) == (6, 2, 30)
+    assert faust["broker_request_timeout"] >= faust["broker_session_timeout"]
+
+
 def test_the_chunk_size_reaches_the_worker_options() -> None:
     from onceflow.app.settings import WorkerSettings
 
@@ -330,3 +360,64 @@ def test_worker_commands_against_something_that_is_not_a_worker(
     result = onceflow(*command, "--web", not_a_worker, env=DEAD_BROKER)
     line = one_line_error(result, 2, "(200)", "not onceflow")
     assert "\x1b" not in line
+
+
+def test_onceflow_alone_prints_its_help() -> None:
+    result = onceflow()
+    assert result.returncode == 2
+    assert "usage: onceflow" in result.stdout and "replay" in result.stdout
+    assert "the following arguments are required" not in result.stderr
+
+
+def test_dash_capital_v_is_the_version() -> None:
+    result = onceflow("-V")
+    assert result.returncode == 0 and result.stdout.startswith("onceflow ")
+
+
+def test_spark_alone_names_its_commands_not_an_internal_name() -> None:
+    result = onceflow("spark")
+    assert result.returncode == 2
+    assert "spark_command" not in result.stderr and "{replay,audit}" in result.stderr
+
+
+def test_an_unknown_broker_host_says_it_cannot_be_resolved(tmp_path: Path) -> None:
+    records = tmp_path / "one.jsonl"
+    records.write_text('{"ts": 0, "topic": "a", "value": 1}\n')
+    result = onceflow("send", str(records),
+                      env={"ONCEFLOW_BROKER_URL": "kafka://no-such-host.invalid:9092"})
+    one_line_error(result, 3, "no-such-host.invalid:9092", "the host name cannot be resolved")
+    assert "unknown error" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["send", "FILE"], ["journal"], ["resubmit", "billing", "--triggers", "TRIGGERS"]])
+def test_send_journal_and_resubmit_take_broker_as_worker_does(
+        command: list[str], tmp_path: Path) -> None:
+    records = tmp_path / "one.jsonl"
+    records.write_text('{"ts": 0, "topic": "a", "value": 1}\n')
+    args = [str(records) if a == "FILE" else str(REPO / "deploy" / "triggers.toml")
+            if a == "TRIGGERS" else a for a in command]
+    result = onceflow(*args, "--broker", "kafka://127.0.0.1:9",
+                      env={"ONCEFLOW_BROKER_URL": "kafka://127.0.0.1:1",
+                           "ONCEFLOW_ADMIN_TOKEN": "t"})
+    one_line_error(result, 3, "127.0.0.1:9")
+
+
+def test_resubmit_without_a_token_refuses_before_writing() -> None:
+    result = onceflow("resubmit", "billing", "--triggers", str(REPO / "deploy" / "triggers.toml"),
+                      env=DEAD_BROKER)  # nothing is read or written: no broker needed
+    one_line_error(result, 2, "ONCEFLOW_ADMIN_TOKEN is not set")
+
+
+def test_a_data_dir_in_use_is_refused(tmp_path: Path) -> None:
+    from onceflow.app import worker
+    from onceflow.errors import ConfigError
+
+    worker.lock_data_dir(tmp_path / "data")
+    try:
+        with pytest.raises(ConfigError, match=r"in use by another worker \(pid \d+\)"):
+            worker.lock_data_dir(tmp_path / "data")
+    finally:
+        import os
+
+        os.close(worker._held.pop())

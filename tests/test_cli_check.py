@@ -89,10 +89,12 @@ def test_a_worker_only_warns_about_what_check_refuses(tmp_path: Path,
 
 
 def test_check_of_a_missing_or_broken_file(tmp_path: Path) -> None:
-    one_line_error(onceflow("check", str(tmp_path / "none.toml")), 1, "file: not found")
+    # No file to check is a wrong argument (exit 2, as every command says it); a file with
+    # problems is what check reports (exit 1).
+    one_line_error(onceflow("check", str(tmp_path / "none.toml")), 2, "file: not found")
     path = _file(tmp_path, "[[trigger]\nname=")
     one_line_error(onceflow("check", str(path)), 1, "not valid TOML")
-    one_line_error(onceflow("check", str(tmp_path)), 1, "is a folder")
+    one_line_error(onceflow("check", str(tmp_path)), 2, "is a folder")
 
 
 def test_check_imports_services(tmp_path: Path) -> None:

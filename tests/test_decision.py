@@ -388,3 +388,17 @@ def test_history_entries_share_the_start_time_and_go_together() -> None:
 def test_history_seed_rejects_unknown_status() -> None:
     with pytest.raises(ValueError):
         History({}, TTL).seed("u-1", "started", 0)
+
+
+@pytest.mark.parametrize(("steps", "says"), [
+    ((PROCESSING,), "history has a processing entry only (started at "
+                    "2026-11-27T01:24:11.786Z)"),
+    ((PROCESSING, COMPLETED), "already processed (started at 2026-11-27T01:24:11.786Z)"),
+    ((PROCESSING, FAILED), "already processed (started at 2026-11-27T01:24:11.786Z) and "
+                           "it failed"),
+])
+def test_reasons_give_the_start_time_as_an_iso_time(steps: Any, says: str) -> None:
+    """Not the epoch seconds the entry keeps ("started at 1795742651.786", issue 28 §6)."""
+    history = seeded(*steps, start=1795742651.786)
+    decision = decide(make_trigger(), make_doc(ts=1795742652.0), history, "u-1", None)
+    assert decision.reason == says

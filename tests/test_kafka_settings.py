@@ -180,3 +180,21 @@ def test_a_bridge_without_partitions_says_so_every_30_s(
     consumer.assigned = set()
     assert warnings_after(91) == 0
     assert warnings_after(93) == 1
+
+
+def test_the_client_id_carries_the_trigger_fingerprint_into_member_ids() -> None:
+    from onceflow.app.membership import _id_facts, _id_print, client_id
+
+    mine = "14f81253f9502a80"
+    uuid = "-a609c02c-a4a2-40b0-95ce-b31d16c0a4af"
+    named = client_id(mine, False, "http://10.0.0.5:6066")
+    assert named == f"onceflow-{mine}-6066-10.0.0.5"
+    assert _id_facts(named + uuid) == (mine, "http://10.0.0.5:6066")
+    assert _id_facts(client_id(mine, False, "http://[::1]:7000") + uuid) == (
+        mine, "http://[::1]:7000")
+    assert _id_facts(client_id(mine, False, "http://my-host.example:80")) == (
+        mine, "http://my-host.example:80")
+    assert _id_facts(f"onceflow-{mine}{uuid}") == (mine, None)
+    assert _id_print(client_id(mine, True, "http://h:1") + uuid) is None  # a rolling change
+    for other in ("faust-0.15.3-d7e29b70", "", None, f"onceflow-{mine}x", "onceflow-zz"):
+        assert _id_print(other) is None

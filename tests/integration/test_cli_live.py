@@ -122,6 +122,14 @@ def test_send_from_stdin_then_the_journal(broker: EmbeddedBroker, start_worker: 
     one_line_error(nothing, 2, "no journal record", "give --activation")
     unknown = onceflow("history", "nosuch", "o-1", *web, env=env)
     one_line_error(unknown, 2, "no trigger named 'nosuch'", "billing", "fulfil")
+    # No entry: the answer is printed, and the command says so and exits 1 (it exited 0).
+    none = onceflow("history", "billing", "nope", *web, env=env)
+    assert none.returncode == 1 and '"entry": null' in none.stdout
+    assert "has no history entry for identity 'nope'" in none.stderr
+    # resubmit of an identity no journal record has: nothing done, exit 1 (it exited 0).
+    matched = onceflow("resubmit", "billing", "--triggers", str(triggers), "--identity", "zzz",
+                       env={**env, "ONCEFLOW_ADMIN_TOKEN": "any"})
+    one_line_error(matched, 1, "nothing matched", "'zzz'")
 
 
 def test_journal_follow_stops_cleanly_on_sigterm(broker: EmbeddedBroker, start_worker: Any,
@@ -211,3 +219,88 @@ def test_journal_of_a_deployment_with_no_journal_yet(broker: EmbeddedBroker,
     assert result.returncode == 0 and result.stdout == ""
     assert "is empty or does not exist (check ONCEFLOW_TOPIC_PREFIX)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_second_worker_on_a_data_dir_in_use_stops_before_joining(
+        broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
+    """It joined the group (a rebalance of every worker), hung 38 s and printed a 52-line
+    RocksDB LOCK traceback (issue 28 §6)."""
+    triggers = tmp_path / "triggers.toml"
+    triggers.write_text(TRIGGERS)
+    prefix = new_prefix()
+    first = start_worker(triggers, prefix, partitions=2)
+    started = time.monotonic()
+    second = start_worker(triggers, prefix, name="w2", partitions=2, wait=False,
+                          data_dir=first.env["ONCEFLOW_DATA_DIR"])
+    assert second.process is not None
+    assert second.process.wait(timeout=30) == 2
+    assert time.monotonic() - started < 15
+    said = [line for line in second.log_path.read_text().splitlines() if line.strip()]
+    assert len(said) == 1 and "in use by another worker" in said[0], said
+    assert "rebalanc" not in first.log_path.read_text().lower()
+    assert first.alive
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("PPid:") and int(line.split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _gone(pids: list[int], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+            except OSError:
+                continue
+            if state != "Z":
+                alive.append(pid)
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_replay_live_stopped_or_killed_leaves_no_broker_or_worker(sig: int) -> None:
+    """Sent SIGTERM it exited and left its embedded broker and worker running, re-parented
+    to init; a SIGKILL did the same (issue 28 §6)."""
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "and_join_complete"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ONCEFLOW_")}
+    run = subprocess.Popen([sys.executable, "-m", "onceflow.app.cli", "replay", "--live",
+                            str(scenario)], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(children) < 2 and run.poll() is None and time.monotonic() < deadline:
+            children = _children(run.pid)
+            time.sleep(0.05)
+        assert len(children) == 2, f"no broker and worker seen: {children}"
+        run.send_signal(sig)
+        run.wait(timeout=60)
+        if sig == signal.SIGTERM:
+            assert run.returncode == 143
+        assert _gone(children, 30), f"still running: {children}"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass

@@ -84,7 +84,7 @@ def test_resubmit_refuses_a_document_too_large_to_route_and_resubmits_nothing(
             await producer.send_and_wait(names.journal, b"{not json", partition=0)
 
     asyncio.run(setup())
-    env = settings(broker, prefix)
+    env = {**settings(broker, prefix), "ONCEFLOW_ADMIN_TOKEN": "resubmit-signs"}
     done = onceflow("resubmit", "orders", "--triggers", str(triggers), "--outcome", "error",
                     env=env)
     assert done.returncode == 2, done.stdout + done.stderr

@@ -80,7 +80,7 @@ def test_a_document_routed_for_an_unknown_trigger_is_journaled_and_kept(
     worker.stop()
     worker = start_worker(new, prefix, name="w2", partitions=2)
     env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
-           "ONCEFLOW_PARTITIONS": "2"}
+           "ONCEFLOW_PARTITIONS": "2", "ONCEFLOW_ADMIN_TOKEN": "resubmit-signs"}
     done = onceflow("resubmit", "audit", "--triggers", str(new), "--outcome", "error", env=env)
     assert done.returncode == 0, done.stderr
     lines = wait_journal(broker.bootstrap, names,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from onceflow.app.process import http_json
 
 pytestmark = pytest.mark.integration
 
@@ -42,6 +43,7 @@ def test_a_worker_with_another_trigger_file_refuses_to_join(
     other.write_text(OTHER)
     prefix = new_prefix()
     w1 = start_worker(first, prefix, name="w1", partitions=2)
+    rebalances = http_json(w1.web_url + "/readyz")[1]["rebalances"]
 
     refused = start_worker(other, prefix, name="w2", partitions=2, wait=False)
     assert _exit(refused) == 2
@@ -49,6 +51,10 @@ def test_a_worker_with_another_trigger_file_refuses_to_join(
     assert "Traceback" not in log
     (line,) = [x for x in log.splitlines() if "its fingerprint is" in x]
     assert line.startswith(f"onceflow: {other}: trigger set: its fingerprint is")
+    # Refused before joining (from the member ids on the embedded broker), not by the
+    # group leader once it had joined: the group did not rebalance (issue 28 §6).
+    assert "group leader" not in line
+    assert http_json(w1.web_url + "/readyz")[1]["rebalances"] == rebalances
     assert "run another trigger file" in line
     assert "ONCEFLOW_ALLOW_TRIGGER_CHANGE" in line
     assert w1.alive
