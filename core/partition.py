@@ -152,7 +152,7 @@ class Partition:
             if next_due is None or due_now:  # first call, or swept: schedule the next one
                 next_due = self._next_sweep[name] = now + trigger.history_sweep_interval
             if next_due < due:
-                due = next_due
+                due = float(next_due)  # compiled: a float variable takes no int
         self._sweep_due = due
         return removed
 
