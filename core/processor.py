@@ -15,7 +15,7 @@ from .calls import CallContext, Callee
 from .decision import Decision, Status, decide, decide_unavailable, resolve
 from .envelope import H_DUP_ID, MAX_IDENTITY_LENGTH, Document, Timestamp
 from .errors import HistoryUnavailable
-from .history import History, HistoryEntry, history_key
+from .history import History, HistoryEntry, history_key, state_keys
 from .ingress import header_ignored
 from .joins import COMPLETE, DISCARDED, JoinBook, join_document
 from .journal import JournalRecord
@@ -460,9 +460,7 @@ class TriggerProcessor:
     # -- building records ---------------------------------------------------------------
 
     def _history_key(self, doc: Document) -> str:
-        if self.joins is not None:
-            return history_key(doc.identity, doc.activation)
-        return doc.identity
+        return state_keys(self.trigger, doc.identity, doc.activation)[0]
 
     def _record(self, doc: Document, outcome: str, reason: str | None = None,
                 attempt: int | None = None) -> JournalRecord:
