@@ -18,7 +18,6 @@ from typing import Any
 
 from onceflow.agents.signing import RouteSigner
 from onceflow.agents.wire import route_partition
-from onceflow.engine import MemoryState
 from onceflow.envelope import (
     H_DELIVERY_COUNT,
     H_MESSAGE_ID,
@@ -32,6 +31,7 @@ from onceflow.envelope import (
 from onceflow.ingress import Ingress
 from onceflow.partition import seed_route
 from onceflow.scenario import Control, HistorySeed, Scenario
+from onceflow.store import MemoryState
 from onceflow.triggers import TriggerSet
 
 

@@ -21,7 +21,6 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 from onceflow.agents import wire
-from onceflow.engine import MemoryState
 from onceflow.envelope import Record, decode_value, encode_value, seconds
 from onceflow.errors import OnceflowError, ScenarioError
 from onceflow.history import state_keys
@@ -29,6 +28,7 @@ from onceflow.ingress import Ingress
 from onceflow.journal import IN_DOUBT
 from onceflow.partition import routing_key
 from onceflow.scenario import InputOffsets, parse_record_line
+from onceflow.store import MemoryState
 from onceflow.tables.outbox import record_size
 from onceflow.triggers import ALL, ONLY_ONE, TriggerDef, TriggerSet, load_triggers
 

@@ -19,23 +19,10 @@ from .history import History, HistoryEntry, history_key, state_keys
 from .ingress import header_ignored
 from .joins import COMPLETE, DISCARDED, JoinBook, join_document
 from .journal import JournalRecord
-from .pickling import by_fields
+from .outputs import DEAD_LETTER_TOPIC, Output, document_letter
 from .running import OK, SUSPEND, ServiceResult
 from .store import Store
 from .triggers import TriggerDef
-
-
-@dataclass(slots=True)
-class Output:
-    """A document for an output, error, in-doubt or reply-to topic."""
-
-    topic: str
-    key: str | None
-    value: Any
-    headers: dict[str, str]
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return by_fields(self)
 
 
 @dataclass(init=False, slots=True)
@@ -105,7 +92,6 @@ WAITING_AGAIN: Final = ("delivered again while waiting in the open join: its out
 EXPIRED_AGAIN: Final = ("delivered again after its join expired: it was dropped with the "
                         "join and opens no new one")
 # Where a copy of every record or document that is not decided goes (nothing is lost).
-DEAD_LETTER_TOPIC: Final = "onceflow.dead-letter"
 
 
 def _with_note(reason: str, note: str | None) -> str:
@@ -216,13 +202,7 @@ class TriggerProcessor:
         reason = (f"delivery count {doc.delivery_count} reached max_delivery_count "
                   f"({limit}): not decided again; a copy went to {DEAD_LETTER_TOPIC}")
         sink.journal.append(self._record(doc, J.REJECTED, reason))
-        body: dict[str, Any] = {
-            "reason": reason, "trigger": self.trigger.name, "identity": doc.identity,
-            "topic": doc.topic, "partition": doc.partition, "offset": doc.offset,
-            "ts": doc.ts, "delivery_count": doc.delivery_count, "headers": doc.headers,
-            "value": doc.envelope,
-        }
-        sink.output(Output(DEAD_LETTER_TOPIC, doc.key, body, {"reason": reason}))
+        sink.output(document_letter(doc, reason, trigger=self.trigger.name))
 
     def _interrupted_join(self, doc: Document) -> tuple[HistoryEntry, list[Document]] | None:
         """The history entry and waiting members of a join run that a crash interrupted.

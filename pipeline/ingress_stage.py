@@ -19,14 +19,14 @@ from typing import Any
 
 import pyarrow as pa
 from onceflow import journal as J
-from onceflow.engine import DEAD_LETTER_TOPIC, MemoryState, dead_letter
 from onceflow.errors import ScenarioError
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_prefix
+from onceflow.outputs import dead_letter, unread_letter
 from onceflow.partition import routing_key
-from onceflow.processor import Output
 from onceflow.scenario import InputOffsets, parse_record_line
+from onceflow.store import MemoryState
 from onceflow.triggers import TriggerSet
 
 from .archive import RANK_SHIFT
@@ -208,9 +208,7 @@ class _IngressTask:
         why = f"not a record: {reason}"
         items = [(pos, -1, None, final_fields(JournalRecord(
                      None, J.BAD_INPUT, where, None, None, None, None, None, why, None, pos))),
-                 (pos, -1, None, final_fields(Output(
-                     DEAD_LETTER_TOPIC, None, {"reason": why, "where": where, "raw": text},
-                     {"reason": why})))]
+                 (pos, -1, None, final_fields(unread_letter(why, where, text)))]
         vpart = self.slots.table[pos % len(self.slots.table)]
         if by_vpart is not None:
             by_vpart.setdefault(vpart, []).extend(items)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onceflow.engine import DEAD_LETTER_TOPIC, Engine, MemoryState
+from onceflow.engine import Engine
 from onceflow.envelope import (
     BadEnvelope,
     NotJson,
@@ -22,7 +22,9 @@ from onceflow.envelope import (
     seconds,
 )
 from onceflow.ingress import MAX_KEY_LENGTH, DeliveryCounter, IdCache, Ingress
+from onceflow.outputs import DEAD_LETTER_TOPIC
 from onceflow.scenario import InputOffsets, parse_record_line
+from onceflow.store import MemoryState
 from onceflow.triggers import parse_triggers
 from reference_models import ReferenceIdCache
 

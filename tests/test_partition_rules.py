@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from engine_feed import Feed, engine_for
 from onceflow.calls import Callee
-from onceflow.engine import MemoryState, build_processors
 from onceflow.envelope import Document
 from onceflow.errors import HistoryUnavailable
 from onceflow.history import (
@@ -25,6 +24,8 @@ from onceflow.history import (
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_part, pair_key
 from onceflow.partition import HeldInMemory, Partition, routing_key, seed_route
+from onceflow.runners import build_processors
+from onceflow.store import MemoryState
 from onceflow.triggers import parse_triggers
 
 

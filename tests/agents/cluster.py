@@ -13,7 +13,7 @@ import orjson
 from onceflow.agents.context import TABLES, StateTable, WorkerOptions
 from onceflow.agents.runtime import Runtime
 from onceflow.agents.wire import Delivery
-from onceflow.engine import load_callees
+from onceflow.runners import load_callees
 from onceflow.tables.memory import MemoryBroker
 from onceflow.tables.outbox import OutRecord
 from onceflow.tables.partition import DictPartition
