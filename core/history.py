@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from .envelope import Timestamp, record_time, seconds
 from .errors import HistoryUnavailable
-from .keys import key_part, pair_key, split_state_key
+from .keys import key_part, pair_key
 from .pickling import by_fields
 from .store import Store
 from .triggers import TriggerDef
@@ -84,14 +84,6 @@ def state_keys(trigger: TriggerDef, identity: str,
     if not trigger.routes_by_activation:
         return identity, None
     return history_key(identity, activation), activation
-
-
-def split_history_key(key: str) -> tuple[str | None, str]:
-    """(activation, identity) of a join trigger's store key."""
-    parts = split_state_key(key)
-    if len(parts) == 2:
-        return parts[0], parts[1]
-    return None, parts[0]
 
 
 @dataclass(init=False, slots=True)

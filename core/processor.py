@@ -140,7 +140,7 @@ class TriggerProcessor:
     # -- the path of one document -------------------------------------------------------
 
     def take(self, doc: Document, sink: Sink) -> Run | _Held | None:
-        """begin() for runners: journal and outputs go to the sink.
+        """Decide a document: journal and outputs go to the sink.
 
         Returns the run to make, HELD when the trigger is suspended, or None when the
         document is done with.
@@ -343,7 +343,7 @@ class TriggerProcessor:
         return None
 
     def complete(self, run: Run, result: ServiceResult, sink: Sink) -> None:
-        """finish() for runners: journal and outputs go to the sink."""
+        """Finish a run with the service's result: journal and outputs go to the sink."""
         newest = run.newest
         journal = sink.journal
         if result.retries:
@@ -404,10 +404,6 @@ class TriggerProcessor:
                     f"document arrived",
                 ))
         return records
-
-    def next_deadline(self) -> Timestamp | None:
-        """The earliest join deadline known (may be stale)."""
-        return None if self.joins is None else self.joins.next_deadline()
 
     def sweep(self, now: Timestamp) -> int:
         """Remove history entries older than the TTL."""
