@@ -15,7 +15,7 @@ from .calls import CallContext, Callee
 from .decision import Decision, Status, decide, decide_unavailable, resolve
 from .envelope import H_DUP_ID, MAX_IDENTITY_LENGTH, Document, Timestamp
 from .errors import HistoryUnavailable
-from .history import History, HistoryEntry, history_key, state_keys
+from .history import History, HistoryEntry, state_keys
 from .ingress import header_ignored
 from .joins import COMPLETE, DISCARDED, JoinBook, join_document
 from .journal import JournalRecord
@@ -182,7 +182,7 @@ class TriggerProcessor:
             decision = decide(trigger, doc, self.history, doc.identity, self.resolver)
         else:
             decision = decide(trigger, doc, self.history, self._history_key(doc),
-                              self.resolver, history_key(doc.identity))
+                              self.resolver, state_keys(trigger, doc.identity, None)[0])
         status = decision.status
         if status is Status.NEW:
             return self._admit_new(doc, sink)
@@ -246,7 +246,7 @@ class TriggerProcessor:
         assert history is not None
         entry = history.lookup(self._history_key(doc), now)
         if entry is None and doc.activation is not None:
-            entry = history.lookup(history_key(doc.identity), now)
+            entry = history.lookup(state_keys(self.trigger, doc.identity, None)[0], now)
         return entry
 
     def _settle_join_unit(self, doc: Document, entry: HistoryEntry, waiting: list[Document],

@@ -9,7 +9,7 @@ from onceflow.envelope import MAX_IDENTITY_LENGTH, record_time
 from onceflow.triggers import TriggerSet
 
 from .archive import Archive
-from .audit import KEY, RAN, AuditResult, Violation
+from .audit_result import KEY, RAN, AuditResult, Violation
 
 # Outcomes that end a join for every member at once.
 JOIN_ENDS = (J.PROCESSED, J.ERROR, J.JOIN_EXPIRED)
