@@ -8,18 +8,13 @@ pieces (Ingress, TriggerProcessor, Partition) asynchronously and in batches.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
-from .calls import Callee
 from .envelope import Record
-from .ingress import Ingress
 from .journal import JournalRecord
 from .outputs import dead_letter
 from .processor import Sink
 from .runners import TriggerRunner
 from .scenario import SUSPEND, Control
-from .store import MemoryState
-from .triggers import TriggerSet
 
 
 class Engine(TriggerRunner):
@@ -29,18 +24,6 @@ class Engine(TriggerRunner):
     partition time (a late record, a redelivery after a long lag) is judged on its own
     record time, which a sweep on partition time could not honour.
     """
-
-    def __init__(
-        self,
-        triggers: TriggerSet,
-        *,
-        state: MemoryState | None = None,
-        callees: dict[str, tuple[Callee, Callee | None]] | None = None,
-        base_dir: Path | None = None,
-    ) -> None:
-        """Build the engine over `state` (dicts by default)."""
-        super().__init__(triggers, state=state, callees=callees, base_dir=base_dir)
-        self.ingress = Ingress(triggers, self.state.progress, self.state.id_store)
 
     def process(self, record: Record, position: int = 0,
                 sink: Sink | None = None) -> Sink:

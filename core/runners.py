@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .calls import Callee, load_callee
 from .envelope import Document, Timestamp
+from .ingress import Ingress
 from .partition import HeldInMemory, Partition
 from .processor import HELD, Run, Sink, TriggerProcessor, _Held
 from .running import AwaitRunner, run_service
@@ -80,6 +81,9 @@ class TriggerRunner:
             triggers, callees, self.state.history_store, self.state.join_store,
             serialize_state=getattr(self.state, "serialized", True),
         )
+        # Records come in through this ingress in the replay (Engine.process); the Spark
+        # pipeline admits them in a stage of its own and leaves it unused.
+        self.ingress = Ingress(triggers, self.state.progress, self.state.id_store)
         self.holding = HeldInMemory([t.name for t in triggers.triggers])
         self.partition = Partition(self.processors, self.holding)
         # Async services run in an event loop of their own, made on the first one.  The
@@ -89,11 +93,6 @@ class TriggerRunner:
         # workers run one after each task).
         self._loop = AwaitRunner()
         self._run_coroutine = self._loop.run
-
-    @property
-    def now(self) -> Timestamp | None:
-        """Partition time: the latest record time seen, in ms."""
-        return self.partition.now
 
     @property
     def held(self) -> dict[str, list[Document]]:

@@ -205,8 +205,8 @@ def test_periodic_sweep_removes_expired_history_on_partition_time() -> None:
 
     def send_and_sweep(ts: float, uuid: str) -> list[tuple[str, str, str]]:
         made = feed.send("a", ts, uuid=uuid)
-        assert engine.now is not None
-        engine.partition.sweep_due(engine.now)  # as the worker calls it after each batch
+        assert engine.partition.now is not None
+        engine.partition.sweep_due(engine.partition.now)  # as the worker calls it after each batch
         return made
 
     send_and_sweep(0, "u-1")
