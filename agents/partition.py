@@ -48,12 +48,11 @@ from onceflow.envelope import (
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_prefix, split_state_key, state_key
-from onceflow.outputs import DEAD_LETTER_TOPIC, dead_letter, document_letter
+from onceflow.outputs import DEAD_LETTER_TOPIC, Output, dead_letter, document_letter
 from onceflow.partition import Partition, routing_key
 from onceflow.processor import (
     HELD,
     WAITING_AGAIN,
-    Output,
     Run,
     Sink,
     TriggerProcessor,
