@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadscope
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not integration and not spark and not slow"
+	$(BIN)/python -m pytest -q -m "not integration and not spark"
 
 lint: $(STAMP)
 	$(BIN)/ruff check core app agents tables pipeline tests bench

@@ -29,8 +29,8 @@ HERE = Path(__file__).resolve().parent
 # (an interpreted class cannot subclass a compiled one): it stays interpreted.
 COMPILED = [
     "calls", "decision", "durations", "engine", "envelope", "history", "ingress", "joins",
-    "journal", "keys", "partition", "pickling", "processor", "running", "scenario", "scripted",
-    "store", "tomltext", "triggers",
+    "journal", "keys", "outputs", "partition", "pickling", "processor", "runners", "running",
+    "scenario", "scripted", "store", "tomltext", "triggers",
 ]
 # The worker's per-record path outside the core: buffered table state, the outbox and its
 # sender, the route wire format, record limits and sub-batches.  Plain typed Python too,

@@ -28,7 +28,7 @@ from typing import Any
 
 from onceflow.calls import CallContext
 from onceflow.envelope import Document
-from onceflow.history import history_key
+from onceflow.history import state_keys
 from onceflow.processor import Run, Sink, TriggerProcessor
 from onceflow.running import OK, SUSPEND, ServiceResult, run_service_async
 from onceflow.tables.state import UndoLog
@@ -51,11 +51,12 @@ class Take:
 
 def doc_keys(processor: TriggerProcessor, doc: Document) -> list[tuple[str, str, str]]:
     """The state a document's decision reads: its history key and its join."""
-    name = processor.trigger.name
-    if processor.joins is None or doc.activation is None:
-        return [(name, "history", doc.identity)]
-    return [(name, "history", history_key(doc.identity, doc.activation)),
-            (name, "join", doc.activation)]
+    trigger = processor.trigger
+    name = trigger.name
+    history, join = state_keys(trigger, doc.identity, doc.activation)
+    if join is None:
+        return [(name, "history", history)]
+    return [(name, "history", history), (name, "join", join)]
 
 
 def run_keys(processor: TriggerProcessor, run: Run) -> list[tuple[str, str, str]]:
@@ -85,7 +86,7 @@ class SubBatch:
         busy = self.busy
         if not busy:
             return False
-        if processor.joins is None or doc.activation is None:
+        if processor.joins is None:  # its only key: the identity (state_keys)
             return (processor.trigger.name, "history", doc.identity) in busy
         return any(key in busy for key in doc_keys(processor, doc))
 

@@ -31,7 +31,7 @@ import orjson
 from onceflow.envelope import Document
 from onceflow.ingress import MAX_KEY_LENGTH, activation_too_long
 from onceflow.journal import JournalRecord
-from onceflow.processor import Output
+from onceflow.outputs import Output
 from onceflow.tables.outbox import HEADER_OVERHEAD, RECORD_OVERHEAD, record_size
 
 __all__ = ["MAX_KEY_LENGTH", "SETTING", "activation_too_long", "clip", "fit", "fit_journal",

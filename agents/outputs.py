@@ -27,9 +27,9 @@ from typing import Any
 
 import orjson
 from onceflow import journal as J
-from onceflow.engine import DEAD_LETTER_TOPIC
-from onceflow.envelope import Document, seconds
-from onceflow.processor import Output, output_headers
+from onceflow.envelope import Document
+from onceflow.outputs import DEAD_LETTER_TOPIC, Output, output_letter
+from onceflow.processor import output_headers
 from onceflow.running import ERROR, OK, SUSPEND, ServiceResult
 from onceflow.tables.outbox import Outbox
 
@@ -158,14 +158,11 @@ def _drop(copy: ReplyCopy) -> None:
 
 
 def _to_dead_letter(copy: ReplyCopy, target: str, problem: str) -> None:
-    output, member = copy.output, copy.member
-    reason = f"reply-to {problem}"
-    output.value = {"reason": reason, "reply_to": target, "topic": member.topic,
-                    "partition": member.partition, "offset": member.offset,
-                    "ts": seconds(member.ts), "headers": dict(output.headers),
-                    "value": output.value}
-    output.topic = DEAD_LETTER_TOPIC
-    output.headers = {"reason": limits.clip(reason)}
+    output = copy.output
+    letter = output_letter(output, copy.member, f"reply-to {problem}", reply_to=target)
+    # In place: the take's outputs hold this object.
+    output.topic, output.value = letter.topic, letter.value
+    output.headers = {"reason": limits.clip(letter.headers["reason"])}
 
 
 def _tell(take: Take, copies: list[ReplyCopy]) -> None:

@@ -34,7 +34,6 @@ from typing import Any
 import orjson
 from aiokafka.errors import KafkaError
 from onceflow import journal as J
-from onceflow.engine import DEAD_LETTER_TOPIC, build_processors, dead_letter
 from onceflow.envelope import (
     H_REDELIVERY,
     Document,
@@ -49,16 +48,17 @@ from onceflow.envelope import (
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_prefix, split_state_key, state_key
+from onceflow.outputs import DEAD_LETTER_TOPIC, Output, dead_letter, document_letter
 from onceflow.partition import Partition, routing_key
 from onceflow.processor import (
     HELD,
     WAITING_AGAIN,
-    Output,
     Run,
     Sink,
     TriggerProcessor,
     error_output,
 )
+from onceflow.runners import build_processors
 from onceflow.tables.outbox import Outbox
 from onceflow.tables.partition import StorageError
 from onceflow.tables.state import (
@@ -268,16 +268,8 @@ class PartitionWorker(ControlMixin):
         Its key's bytes in "key_base64" when the key is not UTF-8; its headers whose
         value is null, as null.
         """
-        letter = dead_letter(record, reason)
-        if self._raw_key is not None:
-            letter.value["key_base64"] = base64.b64encode(self._raw_key).decode("ascii")
-        if self._null_headers:
-            kept = dict(letter.value.get("headers") or {})  # (it may be record.headers)
-            for name in self._null_headers:
-                if name not in record.headers and _text(name) is not None:
-                    kept[name] = None
-            letter.value["headers"] = kept
-        return letter
+        return dead_letter(record, reason, raw_key=self._raw_key,
+                           null_headers=self._null_headers)
 
     def _failed_input(self, delivery: wire.Delivery, reason: str) -> None:
         """The last resort for a record (input or route): journal it, keep its bytes.
@@ -510,11 +502,7 @@ class PartitionWorker(ControlMixin):
             self.journal.append(JournalRecord(name, J.ERROR, doc.identity, doc.activation,
                                               doc.ts, doc.topic, doc.partition, doc.offset,
                                               reason, None, doc.position))
-        record = Record(doc.topic, doc.partition, doc.offset, doc.ts, doc.envelope, doc.key,
-                        doc.headers)
-        letter = dead_letter(record, reason)
-        letter.value["triggers"] = names
-        letter.value["identity"] = doc.identity
+        letter = document_letter(doc, reason, triggers=names)
         limits.fit(letter, "dead-letter", [doc], self.rt.options.max_record_bytes)
         self.outputs.append(letter)
 
@@ -813,6 +801,10 @@ def raw_letter(delivery: wire.Delivery, topic: str, reason: str, limit: int) -> 
     "raw_base64", "headers": {name: text or null}, "headers_base64": [{"name", "value"}]
     for the ones that are not UTF-8, "key_base64" when the key is not UTF-8}, the key as
     the record's key when it is text.  Nothing here can fail on what the record holds.
+
+    The one dead letter built outside the core (onceflow.outputs): the core's copies read
+    the decoded record, and this last resort must read nothing that can fail, so it
+    keeps the bytes as they came instead.
     """
     body: dict[str, Any] = {"reason": reason, "topic": topic, "partition": delivery.partition,
                             "offset": delivery.offset,

@@ -30,8 +30,6 @@ HEADER = "onceflow-signature"
 # Keeps the admin token itself from ever being an HMAC key: a signature made with this
 # key is good for the route topic and nothing else.
 _PURPOSE = b"onceflow route-topic signature key, version 1"
-# What a signature adds to a record (for size checks): one header, hex-encoded digest.
-SIGNATURE_BYTES = 10 + len(HEADER) + 64
 
 
 def route_key(token: str | None) -> bytes | None:

@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
-from onceflow.engine import DEAD_LETTER_TOPIC
 from onceflow.envelope import Document, Timestamp, json_kind
 from onceflow.journal import JournalRecord
 from onceflow.keys import kafka_partition
-from onceflow.processor import Output
+from onceflow.outputs import DEAD_LETTER_TOPIC, Output
 from onceflow.tables.outbox import Outbox
 
 from .signing import RouteSigner

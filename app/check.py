@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from onceflow.engine import load_callees
 from onceflow.errors import ConfigError
+from onceflow.runners import load_callees
 from onceflow.triggers import load_triggers
 
 

@@ -3,7 +3,7 @@
 `onceflow.dead-letter` holds a copy of every record the worker could not use (bad input,
 a refused route record, a record the worker failed on): a JSON object with the reason, the
 record's coordinates, its headers and its value (or its raw text), keyed by the record's
-key (core engine.dead_letter).  Anyone with write access to the topic can put anything
+key (core outputs.dead_letter).  Anyone with write access to the topic can put anything
 there too, so nothing is assumed of a record: a value that is not JSON, not an object,
 nested too deep to write again, a null header value or a binary key is shown as text, and
 every text is clipped.  The page sets it as text only, so markup in it is never run.

@@ -18,7 +18,6 @@ from typing import Any
 
 from onceflow.agents.signing import RouteSigner
 from onceflow.agents.wire import route_partition
-from onceflow.engine import MemoryState
 from onceflow.envelope import (
     H_DELIVERY_COUNT,
     H_MESSAGE_ID,
@@ -30,7 +29,9 @@ from onceflow.envelope import (
     seconds,
 )
 from onceflow.ingress import Ingress
+from onceflow.partition import seed_route
 from onceflow.scenario import Control, HistorySeed, Scenario
+from onceflow.store import MemoryState
 from onceflow.triggers import TriggerSet
 
 
@@ -88,12 +89,10 @@ def seed_partitions(triggers: TriggerSet, seed: HistorySeed, partitions: int) ->
     A join trigger keeps history under the activation; a seed without one applies to
     every activation, so every partition gets it.
     """
-    trigger = triggers.by_name(seed.trigger)
-    if trigger.routes_by_activation:
-        if seed.activation is None:
-            return list(range(partitions))
-        return [route_partition(seed.activation, partitions)]
-    return [route_partition(seed.identity, partitions)]
+    key = seed_route(triggers.by_name(seed.trigger), seed.identity, seed.activation)
+    if key is None:
+        return list(range(partitions))
+    return [route_partition(key, partitions)]
 
 
 class StandIns:

@@ -21,14 +21,14 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 from onceflow.agents import wire
-from onceflow.engine import MemoryState
 from onceflow.envelope import Record, decode_value, encode_value, seconds
 from onceflow.errors import OnceflowError, ScenarioError
-from onceflow.history import entry_key
+from onceflow.history import state_keys
 from onceflow.ingress import Ingress
 from onceflow.journal import IN_DOUBT
 from onceflow.partition import routing_key
 from onceflow.scenario import InputOffsets, parse_record_line
+from onceflow.store import MemoryState
 from onceflow.tables.outbox import record_size
 from onceflow.triggers import ALL, ONLY_ONE, TriggerDef, TriggerSet, load_triggers
 
@@ -393,8 +393,7 @@ async def resubmit_documents(triggers: TriggerSet, trigger: TriggerDef,
         doc.delivery_count = max(2, doc.delivery_count + 1)
         doc.resubmitted = True  # New for the trigger, whatever its count or history
         key = routing_key(trigger, doc)
-        entry = entry_key(trigger.routes_by_activation and doc.activation is not None,
-                          doc.identity, doc.activation)
+        entry = state_keys(trigger, doc.identity, doc.activation)[0]
         forget = wire.control_message(wire.FORGET, trigger=trigger.name, key=entry,
                                       only=kind, **({"by": by} if by is not None else {}))
         routed = wire.doc_message([trigger.name], doc)

@@ -12,7 +12,8 @@ from typing import IO, Any
 import orjson
 from onceflow.engine import Engine
 from onceflow.journal import JournalRecord, summary_table
-from onceflow.processor import Output, Sink
+from onceflow.outputs import Output
+from onceflow.processor import Sink
 from onceflow.scenario import InputOffsets, Scenario, load_scenario
 
 

@@ -24,10 +24,11 @@ from onceflow.agents.metrics import Gauges, exposition, worker_registry
 from onceflow.durations import format_duration
 from onceflow.envelope import seconds
 from onceflow.errors import HistoryUnavailable, OnceflowError
-from onceflow.history import HistoryEntry, entry_key
+from onceflow.history import HistoryEntry, state_keys
 from onceflow.joins import current_state, open_join
 from onceflow.journal import ERROR, IN_DOUBT
 from onceflow.keys import key_prefix
+from onceflow.partition import route_of
 from onceflow.tables.outbox import Outbox
 from onceflow.tables.state import PartitionStore, TableBuffer
 
@@ -222,12 +223,12 @@ def add_web_views(app: OnceflowApp, settings: WorkerSettings) -> None:
             if definition is None:
                 return self.error(404, f"no trigger named {trigger!r}")
             activation = request.query.get("activation")
-            joined = definition.routes_by_activation and activation is not None
-            partition = wire.route_partition(activation if joined else identity, partitions)
+            partition = wire.route_partition(route_of(definition, identity, activation),
+                                             partitions)
             forwarded = await forward(app, self, request, partition)
             if forwarded is not None:
                 return forwarded
-            key = entry_key(joined, identity, activation)
+            key = state_keys(definition, identity, activation)[0]
             value = durable_store(app, "history", partition, key_prefix(trigger)).get(key)
             entry: dict[str, Any] | None = None
             if value is not None:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from onceflow.agents.wire import Names
-from onceflow.engine import load_callees
 from onceflow.errors import ConfigError
+from onceflow.runners import load_callees
 from onceflow.triggers import load_triggers
 
 from .boundary import EXIT_SYSTEM

@@ -46,10 +46,11 @@ from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import RecordMetadata
 from onceflow.agents.context import WorkerOptions
 from onceflow.app.settings import WorkerSettings
-from onceflow.engine import Engine, MemoryState
+from onceflow.engine import Engine
 from onceflow.envelope import Record, seconds
 from onceflow.keys import kafka_partition
 from onceflow.processor import Sink
+from onceflow.store import MemoryState
 from onceflow.tables.outbox import KafkaSender
 from onceflow.triggers import TriggerSet, parse_triggers
 

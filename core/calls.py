@@ -21,7 +21,6 @@ from .tomltext import toml_text
 NEW: Final = "NEW"
 DUPLICATE: Final = "DUPLICATE"
 IN_DOUBT: Final = "IN_DOUBT"
-RESOLVER_ANSWERS: Final = (NEW, DUPLICATE, IN_DOUBT)
 
 
 @dataclass(init=False, slots=True)

@@ -20,9 +20,10 @@ from typing import Any, Final
 
 from .envelope import Timestamp, record_time, seconds
 from .errors import HistoryUnavailable
-from .keys import key_part, pair_key, split_state_key
+from .keys import key_part, pair_key
 from .pickling import by_fields
 from .store import Store
+from .triggers import TriggerDef
 
 PROCESSING: Final = 1
 COMPLETED: Final = 2
@@ -71,12 +72,18 @@ def entry_key(by_activation: bool, identity: str, activation: str | None) -> str
     return history_key(identity, activation) if by_activation else identity
 
 
-def split_history_key(key: str) -> tuple[str | None, str]:
-    """(activation, identity) of a join trigger's store key."""
-    parts = split_state_key(key)
-    if len(parts) == 2:
-        return parts[0], parts[1]
-    return None, parts[0]
+def state_keys(trigger: TriggerDef, identity: str,
+               activation: str | None) -> tuple[str, str | None]:
+    """(history key, join key) of a document of trigger: the one rule for every runner.
+
+    A join trigger keeps a document's history under (activation, identity) and its open
+    join under the activation; without an activation (bad input for a join, or a seed
+    loaded for every activation) the history key is the identity as one key part, and
+    there is no join state.  Any other trigger: the identity, and no join state.
+    """
+    if not trigger.routes_by_activation:
+        return identity, None
+    return history_key(identity, activation), activation
 
 
 @dataclass(init=False, slots=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from . import journal as J
@@ -242,15 +241,6 @@ class DeliveryCounter:
         return scope
 
 
-@dataclass(slots=True)
-class Admitted:
-    """What ingress made of one record: journal records, and documents per trigger."""
-
-    journal: list[JournalRecord] = field(default_factory=list)
-    routed: list[tuple[TriggerDef, Document]] = field(default_factory=list)
-    rejected_reason: str | None = None
-
-
 class Ingress:
     """Per-record ingress over id-cache and progress stores.
 
@@ -275,10 +265,6 @@ class Ingress:
         # topic -> document type -> the triggers that take it.
         self._route_cache: dict[str, dict[str, tuple[TriggerDef, ...]]] = {}
 
-    def subscribed(self, topic: str) -> bool:
-        """Whether some trigger reads this topic."""
-        return topic in self._routes
-
     def cache(self, topic: str, partition: int) -> IdCache:
         """The duplicate-ID cache of one topic-partition."""
         key = (topic, partition)
@@ -290,19 +276,14 @@ class Ingress:
             self._caches[key] = cache
         return cache
 
-    def admit(self, record: Record, position: int = 0) -> Admitted:
-        """Run the ingress rules on one record."""
-        journal: list[JournalRecord] = []
-        document, targets, reason = self.admit_into(record, position, journal)
-        result = Admitted(journal, [], reason)
-        if document is not None:
-            result.routed = [(trigger, document) for trigger in targets]
-        return result
-
     def admit_into(
         self, record: Record, position: int, journal: list[JournalRecord]
     ) -> tuple[Document | None, tuple[TriggerDef, ...], str | None]:
-        """admit() for runners: (document, the triggers that take it, rejection reason)."""
+        """Run the ingress rules on one record: (document, its triggers, rejection reason).
+
+        Journal records go to `journal`; a rejected record gets its reason (the runner
+        sends its dead letter, onceflow.outputs.dead_letter).
+        """
         delivery_count = self.delivery.count(record)
         headers = record.headers
         if headers:

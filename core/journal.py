@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import orjson
 
-from .envelope import Timestamp, record_time, seconds
+from .envelope import Timestamp, seconds
 from .pickling import by_fields
 
 # Terminal outcomes: exactly one per (trigger, document).
@@ -104,23 +104,6 @@ class JournalRecord:
     def terminal(self) -> bool:
         """Whether this record ends the story of its document for its trigger."""
         return self.outcome in TERMINAL
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JournalRecord:
-        """Inverse of as_dict (unknown keys are ignored)."""
-        ts = data.get("ts")
-        return cls(
-            trigger=data.get("trigger"),
-            outcome=data["outcome"],
-            identity=data.get("identity"),
-            activation=data.get("activation"),
-            ts=None if ts is None else record_time(ts),
-            topic=data.get("topic"),
-            partition=data.get("partition"),
-            offset=data.get("offset"),
-            reason=data.get("reason"),
-            attempt=data.get("attempt"),
-        )
 
 
 # The fields of a journal record that `onceflow replay`'s output is compared on (spec

@@ -18,22 +18,37 @@ from typing import Protocol
 
 from .envelope import Document, Timestamp
 from .errors import HistoryUnavailable
-from .history import entry_key
+from .history import state_keys
 from .journal import SUSPENDED, JournalRecord
 from .processor import TriggerProcessor
 from .triggers import TriggerDef
 
 
-def routing_key(trigger: TriggerDef, doc: Document) -> str:
+def route_of(trigger: TriggerDef, identity: str, activation: str | None) -> str:
     """Where a trigger keeps a document's state: its activation for joins, else identity.
 
     A join trigger's document without an activation is bad input for that trigger and keeps
     no state, so any key will do: its identity spreads them out.  Every runner routes by
-    this key (the worker's repartition topic, the Spark stage's groups).
+    this key (the worker's repartition topic, the Spark stage's groups, the web views).
     """
-    if trigger.routes_by_activation and doc.activation is not None:
-        return doc.activation
-    return doc.identity
+    if activation is not None and trigger.routes_by_activation:
+        return activation
+    return identity
+
+
+def routing_key(trigger: TriggerDef, doc: Document) -> str:
+    """The routing key of a document (route_of its identity and activation)."""
+    return route_of(trigger, doc.identity, doc.activation)
+
+
+def seed_route(trigger: TriggerDef, identity: str, activation: str | None) -> str | None:
+    """The routing key of a history seed; None: it applies to every routing key.
+
+    A join trigger's seed without an activation applies to every activation.
+    """
+    if activation is None and trigger.routes_by_activation:
+        return None
+    return route_of(trigger, identity, activation)
 
 
 def caught_up(highwater: int | None, last_read: int | None) -> bool:
@@ -213,7 +228,7 @@ class Partition:
         processor = self.processors.get(trigger)
         if processor is None or processor.history is None:
             return False
-        key = entry_key(processor.trigger.routes_by_activation, identity, activation)
+        key = state_keys(processor.trigger, identity, activation)[0]
         processor.history.seed(key, status, ts, failed)
         return True
 

@@ -15,27 +15,14 @@ from .calls import CallContext, Callee
 from .decision import Decision, Status, decide, decide_unavailable, resolve
 from .envelope import H_DUP_ID, MAX_IDENTITY_LENGTH, Document, Timestamp
 from .errors import HistoryUnavailable
-from .history import History, HistoryEntry, history_key
+from .history import History, HistoryEntry, state_keys
 from .ingress import header_ignored
 from .joins import COMPLETE, DISCARDED, JoinBook, join_document
 from .journal import JournalRecord
-from .pickling import by_fields
+from .outputs import DEAD_LETTER_TOPIC, Output, document_letter
 from .running import OK, SUSPEND, ServiceResult
 from .store import Store
 from .triggers import TriggerDef
-
-
-@dataclass(slots=True)
-class Output:
-    """A document for an output, error, in-doubt or reply-to topic."""
-
-    topic: str
-    key: str | None
-    value: Any
-    headers: dict[str, str]
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return by_fields(self)
 
 
 @dataclass(init=False, slots=True)
@@ -105,7 +92,6 @@ WAITING_AGAIN: Final = ("delivered again while waiting in the open join: its out
 EXPIRED_AGAIN: Final = ("delivered again after its join expired: it was dropped with the "
                         "join and opens no new one")
 # Where a copy of every record or document that is not decided goes (nothing is lost).
-DEAD_LETTER_TOPIC: Final = "onceflow.dead-letter"
 
 
 def _with_note(reason: str, note: str | None) -> str:
@@ -154,7 +140,7 @@ class TriggerProcessor:
     # -- the path of one document -------------------------------------------------------
 
     def take(self, doc: Document, sink: Sink) -> Run | _Held | None:
-        """begin() for runners: journal and outputs go to the sink.
+        """Decide a document: journal and outputs go to the sink.
 
         Returns the run to make, HELD when the trigger is suspended, or None when the
         document is done with.
@@ -196,7 +182,7 @@ class TriggerProcessor:
             decision = decide(trigger, doc, self.history, doc.identity, self.resolver)
         else:
             decision = decide(trigger, doc, self.history, self._history_key(doc),
-                              self.resolver, history_key(doc.identity))
+                              self.resolver, state_keys(trigger, doc.identity, None)[0])
         status = decision.status
         if status is Status.NEW:
             return self._admit_new(doc, sink)
@@ -216,13 +202,7 @@ class TriggerProcessor:
         reason = (f"delivery count {doc.delivery_count} reached max_delivery_count "
                   f"({limit}): not decided again; a copy went to {DEAD_LETTER_TOPIC}")
         sink.journal.append(self._record(doc, J.REJECTED, reason))
-        body: dict[str, Any] = {
-            "reason": reason, "trigger": self.trigger.name, "identity": doc.identity,
-            "topic": doc.topic, "partition": doc.partition, "offset": doc.offset,
-            "ts": doc.ts, "delivery_count": doc.delivery_count, "headers": doc.headers,
-            "value": doc.envelope,
-        }
-        sink.output(Output(DEAD_LETTER_TOPIC, doc.key, body, {"reason": reason}))
+        sink.output(document_letter(doc, reason, trigger=self.trigger.name))
 
     def _interrupted_join(self, doc: Document) -> tuple[HistoryEntry, list[Document]] | None:
         """The history entry and waiting members of a join run that a crash interrupted.
@@ -266,7 +246,7 @@ class TriggerProcessor:
         assert history is not None
         entry = history.lookup(self._history_key(doc), now)
         if entry is None and doc.activation is not None:
-            entry = history.lookup(history_key(doc.identity), now)
+            entry = history.lookup(state_keys(self.trigger, doc.identity, None)[0], now)
         return entry
 
     def _settle_join_unit(self, doc: Document, entry: HistoryEntry, waiting: list[Document],
@@ -363,7 +343,7 @@ class TriggerProcessor:
         return None
 
     def complete(self, run: Run, result: ServiceResult, sink: Sink) -> None:
-        """finish() for runners: journal and outputs go to the sink."""
+        """Finish a run with the service's result: journal and outputs go to the sink."""
         newest = run.newest
         journal = sink.journal
         if result.retries:
@@ -425,10 +405,6 @@ class TriggerProcessor:
                 ))
         return records
 
-    def next_deadline(self) -> Timestamp | None:
-        """The earliest join deadline known (may be stale)."""
-        return None if self.joins is None else self.joins.next_deadline()
-
     def sweep(self, now: Timestamp) -> int:
         """Remove history entries older than the TTL."""
         return 0 if self.history is None else self.history.sweep(now)
@@ -460,9 +436,7 @@ class TriggerProcessor:
     # -- building records ---------------------------------------------------------------
 
     def _history_key(self, doc: Document) -> str:
-        if self.joins is not None:
-            return history_key(doc.identity, doc.activation)
-        return doc.identity
+        return state_keys(self.trigger, doc.identity, doc.activation)[0]
 
     def _record(self, doc: Document, outcome: str, reason: str | None = None,
                 attempt: int | None = None) -> JournalRecord:

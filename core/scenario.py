@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import orjson
 
-from .envelope import NotJson, Record, Timestamp, decode_value, record_time, seconds
+from .envelope import Record, Timestamp, decode_value, record_time
 from .errors import ScenarioError
 from .pickling import by_fields
 from .tomltext import toml_text
@@ -442,18 +442,3 @@ def read_history(path: Path, triggers: set[str]) -> Iterator[HistorySeed]:
         except ValueError as exc:
             raise ScenarioError(f"{where}'ts': {exc}") from None
         yield HistorySeed(trigger, identity, status, ms, failed, activation)
-
-
-def record_line(record: Record) -> dict[str, Any]:
-    """A Record back in the input.jsonl form (for generators and the live runner)."""
-    line: dict[str, Any] = {"ts": seconds(record.ts), "topic": record.topic,
-                            "partition": record.partition, "offset": record.offset}
-    if record.key is not None:
-        line["key"] = record.key
-    if record.headers:
-        line["headers"] = record.headers
-    if isinstance(record.value, NotJson):
-        line["raw"] = record.value.text
-    else:
-        line["value"] = record.value
-    return line

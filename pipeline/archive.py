@@ -5,7 +5,7 @@ gs://, abfs://) of JSON-lines files in the scenario record format and Parquet fi
 the same columns.  Files are taken in path order, records in file order: that order is
 the archive's "file order", the order `onceflow replay` would read the concatenation in.
 
-The read stage itself is in `read_stage.py`.
+The read stage itself (`read_records`) is in `read_stage.py`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from onceflow.errors import OnceflowError
-
-from .rows import READ_DDL
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSION_SUFFIXES = ("", ".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate")
@@ -215,36 +213,3 @@ def local_splits(spark: Any, files: dict[str, str]) -> list[list[tuple[str, str,
     if current:
         tasks.append(current)
     return tasks
-
-
-def read_records(spark: Any, archive: Archive) -> Any:
-    """The read stage: a DataFrame of READ_SCHEMA rows over every file of the archive."""
-    from .read_stage import ReadLines, ReadLocalLines, ReadParquet
-
-    ranks = archive.ranks()
-    frames = []
-    local = {file: path for file in archive.json_files
-             if (path := local_path(spark, file)) is not None}
-    if local:
-        tasks = local_splits(spark, local)
-        frames.append(spark.range(0, len(tasks), 1, len(tasks))
-                      .mapInArrow(ReadLocalLines(ranks, tasks), READ_DDL))
-    others = [file for file in archive.json_files if file not in local]
-    if others:
-        lines = spark.read.text(others).select(
-            "value", "_metadata.file_path", "_metadata.file_block_start"
-        )
-        frames.append(lines.mapInArrow(ReadLines(ranks), READ_DDL))
-    if archive.parquet_files:
-        table = spark.read.option("mergeSchema", "true").parquet(*archive.parquet_files)
-        present = [c for c in PARQUET_COLUMNS if c in table.columns]
-        if "ts" not in present or "topic" not in present:
-            raise ArchiveError(f"{archive.root}: Parquet files need at least the columns "
-                               f"'ts' and 'topic' (found {table.columns})")
-        frames.append(table.select(*present, "_metadata.file_path",
-                                   "_metadata.file_block_start", "_metadata.row_index")
-                      .mapInArrow(ReadParquet(ranks, tuple(present)), READ_DDL))
-    frame = frames[0]
-    for other in frames[1:]:
-        frame = frame.unionByName(other)
-    return frame

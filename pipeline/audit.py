@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import marshal
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from onceflow import journal as J
 from onceflow.envelope import BadEnvelope, check_envelope, seconds
 from onceflow.errors import ScenarioError
 from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.triggers import TriggerSet
 
-from .archive import Archive, read_records
+from .archive import Archive
+from .audit_checks import check_outcomes, check_runs
+from .audit_figures import gather_figures
+from .audit_result import KEY, AuditResult
+from .read_stage import read_records
 from .rows import MALFORMED, RECORDS, WANTED, paused_gc, row_slices
 
 INPUT_SCHEMA = pa.schema([
@@ -45,46 +47,6 @@ INPUT_DDL = ("pos long, topic string, partition int, offset long, ts double, "
              "doc_type string")
 JOURNAL_DDL = ("trigger string, outcome string, identity string, activation string, "
                "ts double, topic string, partition int, offset long, reason string")
-KEY = ("k_topic", "k_partition", "k_offset", "k_ts")
-RAN = (J.PROCESSED, J.ERROR)
-DUPLICATES = (J.DUPLICATE, J.REJECTED, J.DUPLICATE_ID)
-
-
-@dataclass(slots=True)
-class Violation:
-    """One broken guarantee, naming the record."""
-
-    check: str
-    trigger: str | None
-    message: str
-    pos: int | None = None
-
-
-@dataclass(slots=True)
-class AuditResult:
-    """What the audit found, and the figures the report draws."""
-
-    records: int = 0
-    journal_records: int = 0
-    violations: list[Violation] = field(default_factory=list)
-    violation_count: int = 0
-    counts: dict[tuple[str | None, str], int] = field(default_factory=dict)
-    in_doubt: list[dict[str, Any]] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    exempt_pending: int = 0
-    exempt_held: int = 0
-    timeline: list[dict[str, Any]] = field(default_factory=list)
-    join_times: dict[str, list[float]] = field(default_factory=dict)
-    duplicate_sources: list[tuple[str, int]] = field(default_factory=list)
-    first_ts: float | None = None
-    last_ts: float | None = None
-
-    @property
-    def passed(self) -> bool:
-        """Whether every guarantee held."""
-        return self.violation_count == 0
-
-
 class AuditRecords:
     """mapInArrow over READ rows per (topic, partition): coordinates and targets."""
 
@@ -272,9 +234,6 @@ class Auditor:
     def check(self, journal_path: str, *, limit: int = 200) -> AuditResult:
         """Run both checks on one journal and gather the figures of the report."""
         from pyspark import StorageLevel
-
-        from .audit_checks import check_outcomes, check_runs
-        from .audit_figures import gather_figures
 
         result = AuditResult(records=self.records, first_ts=self.first_ts,
                              last_ts=self.last_ts)

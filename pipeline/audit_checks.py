@@ -9,7 +9,7 @@ from onceflow.envelope import MAX_IDENTITY_LENGTH, record_time
 from onceflow.triggers import TriggerSet
 
 from .archive import Archive
-from .audit import KEY, RAN, AuditResult, Violation
+from .audit_result import KEY, RAN, AuditResult, Violation
 
 # Outcomes that end a join for every member at once.
 JOIN_ENDS = (J.PROCESSED, J.ERROR, J.JOIN_EXPIRED)
@@ -184,6 +184,21 @@ def _open_joins(triggers: TriggerSet, expected: Any, final_now: float | None) ->
         "trigger string, activation string, open boolean, last_end long")
 
 
+def history_key_column(joins: list[str]) -> Any:
+    """The history key of a journal row as a Spark column (`joins`: the join triggers).
+
+    It mirrors onceflow.history.state_keys (its first item) for Spark columns: within one
+    trigger, (activation, identity) for join triggers, (null, identity) for a join
+    document without activation and for any other trigger, so two rows of a trigger share
+    the struct exactly when they share that key (tests/spark/test_spark_audit_keys.py).
+    """
+    from pyspark.sql import functions as F
+
+    joined = F.col("trigger").isin(*joins) if joins else F.lit(False)
+    return F.struct(F.when(joined, F.col("activation")).alias("activation"),
+                    F.col("identity"))
+
+
 def check_runs(archive: Archive, triggers: TriggerSet, by_key: Any, journal: Any,
                result: AuditResult, limit: int) -> None:
     """Check 2: no service ran twice for one history key within the history TTL."""
@@ -199,10 +214,7 @@ def check_runs(archive: Archive, triggers: TriggerSet, by_key: Any, journal: Any
     runs = (journal.where(F.col("outcome").isin(*RAN) & F.col("trigger").isin(*promised)
                           & (F.length("identity") <= MAX_IDENTITY_LENGTH))
             .join(positions, list(KEY), "left")
-            # The history key: (activation, identity) for join triggers, else identity.
-            .withColumn("hkey", F.struct(
-                F.when(F.col("trigger").isin(*joins) if joins else F.lit(False),
-                       F.col("activation")).alias("activation"), F.col("identity"))))
+            .withColumn("hkey", history_key_column(joins)))
     # Each run against the one before it of the same history key, in file order: one
     # shuffle, and only the violations (at most `limit * 4` of them) reach the driver.
     ttl = F.lit(None).cast("double")

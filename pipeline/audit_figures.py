@@ -7,7 +7,7 @@ from typing import Any
 from onceflow import journal as J
 from onceflow.triggers import ALL, TriggerSet
 
-from .audit import DUPLICATES, KEY, RAN, AuditResult
+from .audit_result import DUPLICATES, KEY, RAN, AuditResult
 
 TIME_BUCKETS = 40
 INGRESS = "(ingress)"

@@ -19,14 +19,14 @@ from typing import Any
 
 import pyarrow as pa
 from onceflow import journal as J
-from onceflow.engine import DEAD_LETTER_TOPIC, MemoryState, dead_letter
 from onceflow.errors import ScenarioError
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_prefix
+from onceflow.outputs import dead_letter, unread_letter
 from onceflow.partition import routing_key
-from onceflow.processor import Output
 from onceflow.scenario import InputOffsets, parse_record_line
+from onceflow.store import MemoryState
 from onceflow.triggers import TriggerSet
 
 from .archive import RANK_SHIFT
@@ -53,10 +53,19 @@ class Slots:
     table: tuple[int, ...]
     replicas: tuple[int, ...]
 
-    def of(self, trigger: str, key: str) -> int:
-        """The vpart of a (trigger, routing key) group: the same in every task."""
-        digest = zlib.crc32((key_prefix(trigger) + key).encode("utf-8", "surrogatepass"))
-        return self.table[digest % len(self.table)]
+    @staticmethod
+    def prefix(trigger: str) -> int:
+        """crc32 of a trigger's key prefix, which `of` continues with a routing key."""
+        return zlib.crc32(key_prefix(trigger).encode("utf-8", "surrogatepass"))
+
+    def of(self, prefix: int, key: str) -> int:
+        """The vpart of a (trigger, routing key) group: the same in every task.
+
+        `prefix`: the trigger's `Slots.prefix`; the group's key is key_prefix(trigger) +
+        routing key (onceflow.partition.routing_key), hashed with crc32.
+        """
+        table = self.table
+        return table[zlib.crc32(key.encode("utf-8", "surrogatepass"), prefix) % len(table)]
 
 
 class _RoutedOutput:
@@ -103,10 +112,7 @@ class _IngressTask:
         state = MemoryState()
         self.ingress = Ingress(triggers, state.progress, state.id_store)
         self.slots = slots
-        # Slots.of, unrolled for the hot loop: crc32 continues from the trigger's prefix,
-        # which is crc32 of the concatenation.
-        self.routes = {t.name: (i, zlib.crc32(key_prefix(t.name).encode("utf-8", "surrogatepass")))
-                       for i, t in enumerate(triggers.triggers)}
+        self.routes = {t.name: (i, Slots.prefix(t.name)) for i, t in enumerate(triggers.triggers)}
         self.offsets = InputOffsets(only_wanted=True)  # the read stage says which
         self.out = _RoutedOutput()
 
@@ -156,7 +162,7 @@ class _IngressTask:
         table = self.slots.table
         size = len(table)
         routes = self.routes
-        crc32 = zlib.crc32
+        group_of = self.slots.of
         ingress = self.ingress
         offsets = self.offsets
         journal: list[JournalRecord] = []
@@ -177,8 +183,7 @@ class _IngressTask:
                 fields = document_fields(document)
                 for trigger in targets:
                     index, prefix = routes[trigger.name]
-                    key = routing_key(trigger, document)
-                    vpart = table[crc32(key.encode("utf-8", "surrogatepass"), prefix) % size]
+                    vpart = group_of(prefix, routing_key(trigger, document))
                     group = by_vpart.get(vpart)
                     if group is None:
                         group = by_vpart[vpart] = []
@@ -208,9 +213,7 @@ class _IngressTask:
         why = f"not a record: {reason}"
         items = [(pos, -1, None, final_fields(JournalRecord(
                      None, J.BAD_INPUT, where, None, None, None, None, None, why, None, pos))),
-                 (pos, -1, None, final_fields(Output(
-                     DEAD_LETTER_TOPIC, None, {"reason": why, "where": where, "raw": text},
-                     {"reason": why})))]
+                 (pos, -1, None, final_fields(unread_letter(why, where, text)))]
         vpart = self.slots.table[pos % len(self.slots.table)]
         if by_vpart is not None:
             by_vpart.setdefault(vpart, []).extend(items)

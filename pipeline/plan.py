@@ -15,10 +15,11 @@ from typing import Any
 from onceflow.scenario import HistorySeed
 from onceflow.triggers import TriggerSet
 
-from .archive import Archive, read_records
+from .archive import Archive
 from .call_record import Record
 from .ingress_stage import IngressStage, Slots
 from .local_output import MANIFEST_DDL
+from .read_stage import read_records
 from .rows import RESULT_DDL, ROUTED_DDL
 from .trigger_stage import TriggerStage
 

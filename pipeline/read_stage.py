@@ -22,8 +22,16 @@ from onceflow.envelope import record_time
 from onceflow.errors import ScenarioError
 from onceflow.scenario import Control, InputOffsets, parse_control_line, parse_record_line
 
-from .archive import RANK_SHIFT, ArchiveError, normalize_path
-from .rows import MALFORMED, READ_SCHEMA, RECORDS, SUMMARY, WANTED, paused_gc
+from .archive import (
+    PARQUET_COLUMNS,
+    RANK_SHIFT,
+    Archive,
+    ArchiveError,
+    local_path,
+    local_splits,
+    normalize_path,
+)
+from .rows import MALFORMED, READ_DDL, READ_SCHEMA, RECORDS, SUMMARY, WANTED, paused_gc
 
 
 class _Blocks:
@@ -401,3 +409,34 @@ def _parquet_item(item: dict[str, Any]) -> None:
             item["headers"] = orjson.loads(headers)
         except orjson.JSONDecodeError:
             pass  # left as text: the ingress stage reports it as a malformed record
+
+
+def read_records(spark: Any, archive: Archive) -> Any:
+    """The read stage: a DataFrame of READ_SCHEMA rows over every file of the archive."""
+    ranks = archive.ranks()
+    frames = []
+    local = {file: path for file in archive.json_files
+             if (path := local_path(spark, file)) is not None}
+    if local:
+        tasks = local_splits(spark, local)
+        frames.append(spark.range(0, len(tasks), 1, len(tasks))
+                      .mapInArrow(ReadLocalLines(ranks, tasks), READ_DDL))
+    others = [file for file in archive.json_files if file not in local]
+    if others:
+        lines = spark.read.text(others).select(
+            "value", "_metadata.file_path", "_metadata.file_block_start"
+        )
+        frames.append(lines.mapInArrow(ReadLines(ranks), READ_DDL))
+    if archive.parquet_files:
+        table = spark.read.option("mergeSchema", "true").parquet(*archive.parquet_files)
+        present = [c for c in PARQUET_COLUMNS if c in table.columns]
+        if "ts" not in present or "topic" not in present:
+            raise ArchiveError(f"{archive.root}: Parquet files need at least the columns "
+                               f"'ts' and 'topic' (found {table.columns})")
+        frames.append(table.select(*present, "_metadata.file_path",
+                                   "_metadata.file_block_start", "_metadata.row_index")
+                      .mapInArrow(ReadParquet(ranks, tuple(present)), READ_DDL))
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    return frame

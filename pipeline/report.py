@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from onceflow.journal import OUTCOME_ORDER, TERMINAL
 
-from .audit import AuditResult
+from .audit_result import AuditResult
 from .charts import OUTCOME_COLOURS, histogram, horizontal_bars, stacked_columns, time_label
 
 STYLE = """

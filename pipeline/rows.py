@@ -5,7 +5,8 @@ Three Python stages run inside one Spark job:
 1. *read*: the archive in file order, split by split: a position for every record, the
    running maximum of record time within the split, and one summary per split;
 2. *ingress*: per (topic, partition), in position order: the core's Ingress;
-3. *triggers*: per (trigger, routing key), in position order: the core's Engine.
+3. *triggers*: per (trigger, routing key), in position order: the core's
+   TriggerRunner.
 
 Records travel in *blocks*: a block is a run of consecutive records of one split (one
 Arrow batch of the read stage at most), named by its first position.  Blocks never
@@ -32,7 +33,7 @@ import orjson
 import pyarrow as pa
 from onceflow.envelope import Document, seconds
 from onceflow.journal import JournalRecord
-from onceflow.processor import Output
+from onceflow.outputs import Output
 
 # Row kinds, in the order a stage wants to see them (summaries before records).
 SUMMARY = 0

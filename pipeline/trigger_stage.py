@@ -1,4 +1,4 @@
-"""The trigger stage: the core's Engine per group of (trigger, routing key), in file order.
+"""The trigger stage: the core's triggers per group of (trigger, routing key), in file order.
 
 Groups of one trigger share nothing but two things, which this stage rebuilds exactly:
 
@@ -16,8 +16,8 @@ Groups of one trigger share nothing but two things, which this stage rebuilds ex
   and one task, the first replica's, writes their journal records.  A run that suspends
   its trigger again after a resume is seen by its own task only.
 
-One Engine serves all the groups of a task: their keys are disjoint, so its stores keep
-them apart exactly as separate engines would.
+One TriggerRunner serves all the groups of a task: their keys are disjoint, so its stores
+keep them apart exactly as separate runners would.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from onceflow.engine import Engine, load_callees
 from onceflow.envelope import Document
 from onceflow.journal import JournalRecord
 from onceflow.processor import Sink
+from onceflow.runners import TriggerRunner, load_callees
 from onceflow.scenario import SUSPEND, HistorySeed
 from onceflow.triggers import TriggerSet
 
@@ -113,7 +113,7 @@ class TriggerStage:
         triggers = self.triggers
         base_dir = Path(self.base_dir) if self.base_dir else None
         book = CallBook(self.record_calls, self.answers)
-        engine = Engine(triggers, callees=book.wrap(load_callees(triggers, base_dir)),
+        engine = TriggerRunner(triggers, callees=book.wrap(load_callees(triggers, base_dir)),
                         base_dir=base_dir)
         try:
             yield from self._run(engine, book, triggers, batches)
@@ -121,7 +121,7 @@ class TriggerStage:
             engine.close()
             book.close()
 
-    def _run(self, engine: Engine, book: CallBook, triggers: TriggerSet,
+    def _run(self, engine: TriggerRunner, book: CallBook, triggers: TriggerSet,
              batches: Iterator[pa.RecordBatch]) -> Iterator[ResultBuilder]:
         for seed in self.seeds:
             engine.seed_history(seed.trigger, seed.identity, seed.status, seed.ts,
@@ -151,7 +151,7 @@ class TriggerStage:
 class _TriggerTask:
     """One task's engine, partition time, suspension cut-offs and output."""
 
-    def __init__(self, engine: Engine, book: CallBook, names: list[str],
+    def __init__(self, engine: TriggerRunner, book: CallBook, names: list[str],
                  cutoffs: dict[str, int]) -> None:
         self.engine = engine
         self.book = book

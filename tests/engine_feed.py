@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from onceflow.calls import Callee
-from onceflow.engine import Engine, MemoryState
+from onceflow.engine import Engine
 from onceflow.envelope import Record, record_time
+from onceflow.store import MemoryState
 from onceflow.triggers import parse_triggers
 
 

@@ -109,3 +109,90 @@ def test_build_jobs_refuses_a_setting_that_is_not_a_count() -> None:
         with pytest.raises(SystemExit, match="BUILD_JOBS must be a whole number") as caught:
             build_jobs(bad)
         assert len(str(caught.value)) < 200
+
+
+# The source folders and the packages they are installed as.
+PACKAGES = {"core": "onceflow", "tables": "onceflow.tables", "agents": "onceflow.agents",
+            "app": "onceflow.app", "pipeline": "onceflow.pipeline"}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every onceflow module and the onceflow modules it imports, anywhere in its body.
+
+    Function-local imports count: a cycle hidden inside a function is still a cycle.
+    """
+    import ast
+
+    modules: dict[str, tuple[Path, bool]] = {}
+    for folder, package in PACKAGES.items():
+        for path in (ROOT / folder).glob("*.py"):
+            is_package = path.stem == "__init__"
+            modules[package if is_package else f"{package}.{path.stem}"] = (path, is_package)
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (path, is_package) in modules.items():
+        here = name if is_package else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = here.split(".")
+                    base = ".".join(parts[:len(parts) - node.level + 1])
+                    module = f"{base}.{node.module}" if node.module else base
+                else:
+                    module = node.module or ""
+                targets = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def test_no_module_takes_part_in_an_import_cycle() -> None:
+    graph = import_graph()
+    cycles = []
+    for start in graph:
+        # Every module reachable from start; a path back to start is a cycle.
+        seen: set[str] = set()
+        todo = [(start, [start])]
+        while todo:
+            name, path = todo.pop()
+            for after in graph[name]:
+                if after == start:
+                    cycles.append(" -> ".join([*path, start]))
+                elif after not in seen:
+                    seen.add(after)
+                    todo.append((after, [*path, after]))
+    assert cycles == []
+
+
+def test_only_the_replay_driver_imports_the_engine() -> None:
+    # The worker and Spark drive the core's partition, not the replay's Engine.
+    graph = import_graph()
+    users = sorted(name for name, imported in graph.items() if "onceflow.engine" in imported)
+    assert users == ["onceflow.app.replay"]
+
+
+def source_files() -> list[Path]:
+    return [path for folder in PACKAGES for path in sorted((ROOT / folder).glob("*.py"))]
+
+
+# Where the routing key and the history keys may be built (each rule lives in one place):
+# core/partition.py (route_of, routing_key, seed_route) and core/history.py (state_keys).
+KEY_RULES = {
+    r"\broutes_by_activation\b": {"core/triggers.py", "core/partition.py", "core/history.py",
+                             # names the join triggers for the Spark column that mirrors
+                             # state_keys (history_key_column, tested against it)
+                             "pipeline/audit_checks.py"},
+    r"\bhistory_key\(": {"core/history.py"},
+    r"\bentry_key\(": {"core/history.py"},
+    r"\bpair_key\(": {"core/history.py", "core/keys.py"},
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(KEY_RULES))
+def test_routing_and_history_keys_are_built_only_in_their_core_homes(pattern: str) -> None:
+    import re
+
+    found = {str(path.relative_to(ROOT)) for path in source_files()
+             if re.search(pattern, path.read_text(encoding="utf-8"))}
+    assert found <= KEY_RULES[pattern], found - KEY_RULES[pattern]

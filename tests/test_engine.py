@@ -12,9 +12,10 @@ import pytest
 from engine_feed import Feed, engine_for
 from onceflow.app.replay import replay_scenario
 from onceflow.calls import CallContext, Callee
-from onceflow.engine import Engine, MemoryState
+from onceflow.engine import Engine
 from onceflow.errors import TransientError
 from onceflow.scenario import load_scenario
+from onceflow.store import MemoryState
 from onceflow.triggers import parse_triggers
 
 # -- outputs -----------------------------------------------------------------------------------
@@ -197,21 +198,28 @@ def test_history_write_failure_in_a_join_keeps_the_join_consistent() -> None:
 # -- sweeps ------------------------------------------------------------------------------------
 
 def test_periodic_sweep_removes_expired_history_on_partition_time() -> None:
+    """The replay never sweeps; the worker sweeps on partition time (Partition.sweep_due)."""
     engine = engine_for({"name": "t", "service": "scripted", "types": ["a"], "history_ttl": "1h",
                          "history_sweep_interval": "10m"})
-    engine.sweep_history = True
     feed = Feed(engine)
-    feed.send("a", 0, uuid="u-1")
-    feed.send("a", 3000, uuid="u-2")
+
+    def send_and_sweep(ts: float, uuid: str) -> list[tuple[str, str, str]]:
+        made = feed.send("a", ts, uuid=uuid)
+        assert engine.partition.now is not None
+        engine.partition.sweep_due(engine.partition.now)  # as the worker calls it after each batch
+        return made
+
+    send_and_sweep(0, "u-1")
+    send_and_sweep(3000, "u-2")
     assert len(engine.state.history_store("t")) == 2
-    feed.send("a", 4000, uuid="u-3")  # sweep due; u-1 started more than 1h ago
+    send_and_sweep(4000, "u-3")  # sweep due; u-1 started more than 1h ago
     assert set(engine.state.history_store("t")) == {"u-2", "u-3"}
     # Swept or not, a lookup on record time gives the same answer for in-order records.
-    assert feed.send("a", 4001, uuid="u-1") == [("t", "processed", "u-1")]
-    assert feed.send("a", 4002, uuid="u-2") == [("t", "duplicate", "u-2")]
+    assert send_and_sweep(4001, "u-1") == [("t", "processed", "u-1")]
+    assert send_and_sweep(4002, "u-2") == [("t", "duplicate", "u-2")]
 
 
-def test_a_late_record_is_judged_on_record_time_even_after_a_sweep() -> None:
+def test_replay_keeps_history_past_its_ttl_behind_partition_time_for_a_late_record() -> None:
     feed = Feed(engine_for({"name": "t", "service": "scripted",
                             "types": ["a"], "history_ttl": "1h"}))
     feed.send("a", 0, uuid="u-1")
@@ -219,11 +227,11 @@ def test_a_late_record_is_judged_on_record_time_even_after_a_sweep() -> None:
     feed.send("a", 4000, uuid="u-3")  # replay does not sweep: u-1 (started at 0) stays
     # A re-sent copy of u-1 still carrying its original timestamp: 100 - 0 <= 1h, so by
     # spec section 3 ("a lookup ignores an entry older than history_ttl, measured on
-    # record time") it is a Duplicate.  Without the sweep the core says so too.
+    # record time") it is a Duplicate.
     assert feed.send("a", 100, uuid="u-1") == [("t", "duplicate", "u-1")]
 
 
-def test_a_redelivery_with_its_original_timestamp_after_a_sweep_is_a_duplicate() -> None:
+def test_a_redelivery_with_its_original_timestamp_after_the_ttl_is_a_duplicate() -> None:
     engine = engine_for({"name": "t", "service": "scripted", "types": ["a"], "history_ttl": "30s"})
     feed = Feed(engine)
     assert feed.send("a", 0, uuid="u-1") == [("t", "processed", "u-1")]

@@ -4,14 +4,16 @@ model, delivery counts, envelope validation and routing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onceflow.engine import DEAD_LETTER_TOPIC, Engine, MemoryState
+from onceflow.engine import Engine
 from onceflow.envelope import (
     BadEnvelope,
+    Document,
     NotJson,
     Record,
     check_envelope,
@@ -22,8 +24,11 @@ from onceflow.envelope import (
     seconds,
 )
 from onceflow.ingress import MAX_KEY_LENGTH, DeliveryCounter, IdCache, Ingress
+from onceflow.journal import JournalRecord
+from onceflow.outputs import DEAD_LETTER_TOPIC
 from onceflow.scenario import InputOffsets, parse_record_line
-from onceflow.triggers import parse_triggers
+from onceflow.store import MemoryState
+from onceflow.triggers import TriggerDef, parse_triggers
 from reference_models import ReferenceIdCache
 
 # -- IdCache --------------------------------------------------------------------------------
@@ -211,11 +216,29 @@ def test_message_id_is_the_header_else_the_coordinates() -> None:
     # An empty header gives no message id: the coordinates, for the document too.
     empty = rec(7, {"message-id": ""}, topic="order", value={"uuid": "u-7"})
     assert (empty.given_message_id, empty.message_id) == (None, "order/0@7")
-    (_, document), = make_ingress().admit(empty).routed[:1]
+    (_, document), = admit(make_ingress(), empty).routed[:1]
     assert (document.given_message_id, document.message_id) == (None, "order/0@7")
 
 
-# -- Ingress.admit -----------------------------------------------------------------------------
+# -- Ingress.admit_into ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Admitted:
+    """What ingress made of one record: journal records, documents per trigger, why rejected."""
+
+    journal: list[JournalRecord]
+    routed: list[tuple[TriggerDef, Document]]
+    rejected_reason: str | None
+
+
+def admit(ingress: Ingress, record: Record, position: int = 0) -> Admitted:
+    """One record through ingress, its results gathered for asserting."""
+    journal: list[JournalRecord] = []
+    document, targets, reason = ingress.admit_into(record, position, journal)
+    routed = [(trigger, document) for trigger in targets] if document is not None else []
+    return Admitted(journal, routed, reason)
+
 
 TRIGGERS = parse_triggers({
     "trigger": [
@@ -236,16 +259,16 @@ def test_made_up_document_types_are_rejected_and_do_not_grow_the_route_cache() -
     # A producer inventing a type per record must not grow the worker's memory.
     ingress = make_ingress()
     for offset in range(2000):
-        admitted = ingress.admit(rec(offset, topic="order",
+        admitted = admit(ingress, rec(offset, topic="order",
                                      value={"uuid": f"u-{offset}", "type": f"t{offset}"}))
         assert [r.outcome for r in admitted.journal] == ["bad-input"]
         assert "no trigger takes document type" in admitted.journal[0].reason
-    assert ingress.admit(rec(2000, topic="order", value={"uuid": "u"})).routed
+    assert admit(ingress, rec(2000, topic="order", value={"uuid": "u"})).routed
     assert sum(len(by_type) for by_type in ingress._route_cache.values()) == 1
 
 
 def test_admit_builds_the_document_and_routes_it_to_every_trigger_of_its_type() -> None:
-    admitted = make_ingress().admit(
+    admitted = admit(make_ingress(),
         rec(0, {"message-id": "m-1"}, topic="order",
             value={"uuid": "u-1", "activation": "a", "body": 1}, ts=12.5), position=4)
     assert admitted.journal == [] and admitted.rejected_reason is None
@@ -266,15 +289,15 @@ def test_admit_builds_the_document_and_routes_it_to_every_trigger_of_its_type() 
 ])
 def test_identity_is_the_uuid_else_the_message_id(value: dict, headers: dict,
                                                   identity: str) -> None:
-    admitted = make_ingress().admit(rec(0, headers, topic="order", value=value))
+    admitted = admit(make_ingress(), rec(0, headers, topic="order", value=value))
     assert admitted.routed[0][1].identity == identity
 
 
 def test_type_comes_from_the_field_else_the_topic() -> None:
     ingress = make_ingress()
-    routed = ingress.admit(rec(0, topic="mail", value={"type": "memo"})).routed
+    routed = admit(ingress, rec(0, topic="mail", value={"type": "memo"})).routed
     assert [(t.name, d.type) for t, d in routed] == [("inbox", "memo")]
-    untyped = ingress.admit(rec(1, topic="mail", value={"uuid": "u"}))
+    untyped = admit(ingress, rec(1, topic="mail", value={"uuid": "u"}))
     assert untyped.routed == []
     (record,) = untyped.journal
     assert (record.trigger, record.outcome, record.identity) == (None, "bad-input", "u")
@@ -282,25 +305,25 @@ def test_type_comes_from_the_field_else_the_topic() -> None:
 
 
 def test_a_topic_no_trigger_reads_is_bad_input() -> None:
-    admitted = make_ingress().admit(rec(0, topic="nobody", value={"uuid": "u"}))
+    admitted = admit(make_ingress(), rec(0, topic="nobody", value={"uuid": "u"}))
     assert [(r.outcome, r.identity) for r in admitted.journal] == [("bad-input", "u")]
     assert admitted.rejected_reason
 
 
 def test_dup_id_is_checked_per_partition_and_redelivery_passes() -> None:
     ingress = make_ingress()
-    first = ingress.admit(rec(0, {"dup-id": "d"}, topic="order", value={"uuid": "u-1"}))
+    first = admit(ingress, rec(0, {"dup-id": "d"}, topic="order", value={"uuid": "u-1"}))
     assert len(first.routed) == 2
-    again = ingress.admit(rec(1, {"dup-id": "d"}, topic="order", value={"uuid": "u-2",
+    again = admit(ingress, rec(1, {"dup-id": "d"}, topic="order", value={"uuid": "u-2",
                                                                          "activation": "x"}))
     assert [(r.trigger, r.outcome, r.identity, r.activation) for r in again.journal] == [
         (None, "duplicate-id", "u-2", "x")]
     assert again.routed == []
-    redelivered = ingress.admit(rec(0, {"dup-id": "d"}, topic="order",
+    redelivered = admit(ingress, rec(0, {"dup-id": "d"}, topic="order",
                                     value={"uuid": "u-1"}))
     assert len(redelivered.routed) == 2
     assert redelivered.routed[0][1].delivery_count == 2
-    other_partition = ingress.admit(rec(0, {"dup-id": "d"}, topic="order", partition=1,
+    other_partition = admit(ingress, rec(0, {"dup-id": "d"}, topic="order", partition=1,
                                         value={"uuid": "u-3"}))
     assert len(other_partition.routed) == 2
 
@@ -308,24 +331,24 @@ def test_dup_id_is_checked_per_partition_and_redelivery_passes() -> None:
 def test_records_without_dup_id_are_never_dropped_by_the_cache() -> None:
     ingress = make_ingress()
     for offset in range(5):
-        admitted = ingress.admit(rec(offset, topic="order", value={"uuid": "same"}))
+        admitted = admit(ingress, rec(offset, topic="order", value={"uuid": "same"}))
         assert admitted.journal == [] and len(admitted.routed) == 2
 
 
 def test_persisted_cache_survives_restart_and_the_memory_one_does_not() -> None:
     state = MemoryState()
     ingress = make_ingress(state)
-    ingress.admit(rec(0, {"dup-id": "d"}, topic="order", value={"uuid": "o"}))
-    ingress.admit(rec(0, {"dup-id": "d"}, topic="mail", value={"type": "memo", "uuid": "m"}))
+    admit(ingress, rec(0, {"dup-id": "d"}, topic="order", value={"uuid": "o"}))
+    admit(ingress, rec(0, {"dup-id": "d"}, topic="mail", value={"type": "memo", "uuid": "m"}))
     assert state.ids and state.volatile_ids
     # Restart: the changelogged state comes back, the in-memory caches do not.
     restarted = MemoryState()
     restarted.progress = state.progress
     restarted.ids = state.ids
     after = make_ingress(restarted)
-    order = after.admit(rec(1, {"dup-id": "d"}, topic="order", value={"uuid": "o2"}))
+    order = admit(after, rec(1, {"dup-id": "d"}, topic="order", value={"uuid": "o2"}))
     assert [r.outcome for r in order.journal] == ["duplicate-id"]
-    mail = after.admit(rec(1, {"dup-id": "d"}, topic="mail",
+    mail = admit(after, rec(1, {"dup-id": "d"}, topic="mail",
                            value={"type": "memo", "uuid": "m2"}))
     assert mail.journal == [] and len(mail.routed) == 1
 
@@ -356,7 +379,7 @@ def test_bad_input_reaches_no_trigger_and_is_kept_in_the_dead_letter_topic() -> 
 def test_keys_longer_than_the_limit_are_bad_input_with_activation_null(
         headers: dict[str, str], value: dict[str, Any], why: str) -> None:
     ingress = make_ingress()
-    admitted = ingress.admit(rec(0, headers, topic="order", value=value))
+    admitted = admit(ingress, rec(0, headers, topic="order", value=value))
     (record,) = admitted.journal
     assert (record.trigger, record.outcome, record.identity, record.activation) == (
         None, "bad-input", "u-1", None)
@@ -367,7 +390,7 @@ def test_keys_longer_than_the_limit_are_bad_input_with_activation_null(
 
 
 def test_keys_of_exactly_the_limit_are_taken() -> None:
-    admitted = make_ingress().admit(rec(0, {"dup-id": "d" * MAX_KEY_LENGTH}, topic="order",
+    admitted = admit(make_ingress(), rec(0, {"dup-id": "d" * MAX_KEY_LENGTH}, topic="order",
                                         value={"activation": "a" * MAX_KEY_LENGTH}))
     assert admitted.journal == [] and admitted.routed
 
@@ -375,21 +398,21 @@ def test_keys_of_exactly_the_limit_are_taken() -> None:
 def test_a_producer_retry_repeating_dup_id_and_message_id_is_dropped() -> None:
     ingress = make_ingress()
     headers = {"dup-id": "d", "message-id": "m-1"}
-    assert ingress.admit(rec(0, dict(headers), topic="order", value={"uuid": "u"})).routed
-    retry = ingress.admit(rec(1, dict(headers), topic="order", value={"uuid": "u"}))
+    assert admit(ingress, rec(0, dict(headers), topic="order", value={"uuid": "u"})).routed
+    retry = admit(ingress, rec(1, dict(headers), topic="order", value={"uuid": "u"}))
     assert [r.outcome for r in retry.journal] == ["duplicate-id"]
-    redelivery = ingress.admit(rec(0, dict(headers), topic="order", value={"uuid": "u"}))
+    redelivery = admit(ingress, rec(0, dict(headers), topic="order", value={"uuid": "u"}))
     assert redelivery.routed and redelivery.routed[0][1].delivery_count == 2
-    resend = ingress.admit(rec(2, {**headers, "delivery-count": "2"}, topic="order",
+    resend = admit(ingress, rec(2, {**headers, "delivery-count": "2"}, topic="order",
                                value={"uuid": "u"}))
     assert [r.outcome for r in resend.journal] == ["duplicate-id"]  # headers prove nothing
     stand_in = rec(3, {**headers, "delivery-count": "2"}, topic="order", value={"uuid": "u"})
     stand_in.redelivers = 0  # a live replay's marker, verified by the runner
-    admitted = ingress.admit(stand_in)
+    admitted = admit(ingress, stand_in)
     assert admitted.routed and admitted.routed[0][1].delivery_count == 3  # its 2nd redelivery
     stand_in = rec(4, dict(headers), topic="order", value={"uuid": "u"})
     stand_in.redelivers = 4  # names itself: means nothing, an ordinary resend
-    assert [r.outcome for r in ingress.admit(stand_in).journal] == ["duplicate-id"]
+    assert [r.outcome for r in admit(ingress, stand_in).journal] == ["duplicate-id"]
 
 
 # -- record time (spec section 7) --------------------------------------------------------------

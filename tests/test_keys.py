@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from onceflow.history import entry_key, history_key, split_history_key
+from onceflow.history import entry_key, history_key
 from onceflow.keys import key_prefix, pair_key, split_state_key, state_key
 
 # Strings rich in the separator and its escape.
@@ -51,5 +51,5 @@ def test_prefixed_keys_of_two_stores_never_meet(p1: str, k1: str, p2: str, k2: s
 
 @given(PARTS, PARTS)
 def test_history_keys_split_back(identity: str, activation: str) -> None:
-    assert split_history_key(history_key(identity, activation)) == (activation, identity)
-    assert split_history_key(history_key(identity)) == (None, identity)
+    assert split_state_key(history_key(identity, activation)) == [activation, identity]
+    assert split_state_key(history_key(identity)) == [identity]

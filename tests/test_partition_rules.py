@@ -11,12 +11,21 @@ from typing import Any
 import pytest
 from engine_feed import Feed, engine_for
 from onceflow.calls import Callee
-from onceflow.engine import MemoryState, build_processors
 from onceflow.envelope import Document
 from onceflow.errors import HistoryUnavailable
-from onceflow.history import VERSION, History, HistoryEntry, decode_entry, encode_entry
+from onceflow.history import (
+    VERSION,
+    History,
+    HistoryEntry,
+    decode_entry,
+    encode_entry,
+    state_keys,
+)
 from onceflow.journal import JournalRecord
-from onceflow.partition import HeldInMemory, Partition, routing_key
+from onceflow.keys import key_part, pair_key
+from onceflow.partition import HeldInMemory, Partition, routing_key, seed_route
+from onceflow.runners import build_processors
+from onceflow.store import MemoryState
 from onceflow.triggers import parse_triggers
 
 
@@ -171,6 +180,23 @@ def test_the_routing_key_is_the_activation_for_joins_and_the_identity_otherwise(
     assert routing_key(simple, doc("u-1", activation="act")) == "u-1"
     assert routing_key(join, doc("u-1", activation="act")) == "act"
     assert routing_key(join, doc("u-1")) == "u-1"
+    assert seed_route(simple, "u-1", "act") == "u-1"
+    assert seed_route(join, "u-1", "act") == "act"
+    assert seed_route(join, "u-1", None) is None  # every activation: every partition
+
+
+def test_state_keys_are_one_rule_for_every_trigger_and_document() -> None:
+    triggers = parse_triggers({"trigger": [{"name": "s", "service": "scripted", "types": ["a"]},
+                                           {"name": "j", "service": "scripted",
+                                            "types": ["a", "b"], "join": "all"}]})
+    simple, join = triggers.triggers
+    odd = "x\x1fy"  # holds the separator: keys tell (x, y) from it
+    assert state_keys(simple, odd, "act") == (odd, None)
+    assert state_keys(join, odd, "act") == (pair_key("act", odd), "act")
+    # A join document without an activation keeps no join, and its history key is the
+    # one a seed loaded for every activation has (never a pair's).
+    assert state_keys(join, odd, None) == (key_part(odd), None)
+    assert state_keys(join, odd, None)[0] != state_keys(join, "y", "x")[0]
 
 
 # -- stored history values ----------------------------------------------------------------

@@ -10,7 +10,7 @@ from onceflow.calls import CallContext
 from onceflow.envelope import Document, Record
 from onceflow.history import HistoryEntry
 from onceflow.journal import JournalRecord
-from onceflow.processor import Output
+from onceflow.outputs import Output
 from onceflow.scenario import HistorySeed
 from onceflow.triggers import TopicSettings, parse_triggers
 

@@ -375,10 +375,10 @@ def test_every_record_ends_in_exactly_one_terminal_record_per_taker(scenario: Sc
         assert n == 1, f"{key} was reported pending {n} times"
     # Section 7: at the end every open join whose deadline has passed is expired.
     for processor in engine.processors.values():
-        if processor.joins is not None and engine.now is not None:
+        if processor.joins is not None and engine.partition.now is not None:
             for activation in list(processor.joins.store):
                 deadline = processor.joins.condition.deadline(processor.joins.get(activation))
-                assert deadline is None or deadline >= engine.now
+                assert deadline is None or deadline >= engine.partition.now
     by_name = {t.name: t for t in scenario.triggers.triggers}
     for (name, _), n in retries.items():
         assert name is not None and n <= by_name[name].max_retry_attempts

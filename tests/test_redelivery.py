@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from engine_feed import Feed, engine_for
 from onceflow.calls import Callee
-from onceflow.engine import DEAD_LETTER_TOPIC, Engine
+from onceflow.engine import Engine
 from onceflow.envelope import Document, Record, parse_coordinates, record_time
 from onceflow.errors import ConfigError
 from onceflow.ingress import DeliveryCounter, combined_count, header_ignored
 from onceflow.joins import JoinBook
+from onceflow.outputs import DEAD_LETTER_TOPIC
 from onceflow.processor import Sink
 from onceflow.triggers import TriggerDef, parse_triggers
 

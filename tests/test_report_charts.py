@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from onceflow.pipeline.audit import AuditResult
+from onceflow.pipeline.audit_result import AuditResult
 from onceflow.pipeline.charts import histogram, stacked_columns, time_label
 from onceflow.pipeline.report import render
 

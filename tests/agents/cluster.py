@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from memory_broker import MemoryBroker
 from onceflow.agents.context import TABLES, StateTable, WorkerOptions
 from onceflow.agents.runtime import Runtime
 from onceflow.agents.wire import Delivery
-from onceflow.engine import load_callees
-from onceflow.tables.memory import MemoryBroker
+from onceflow.runners import load_callees
 from onceflow.tables.outbox import OutRecord
 from onceflow.tables.partition import DictPartition
 from onceflow.triggers import TriggerSet

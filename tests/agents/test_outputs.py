@@ -12,9 +12,9 @@ from typing import Any
 
 import orjson
 import pytest
+from memory_broker import MemoryBroker
 from onceflow.agents import outputs, wire
 from onceflow.agents.topics import KafkaTopicMaker, illegal_topic_name
-from onceflow.tables.memory import MemoryBroker
 from onceflow.tables.outbox import Outbox, record_size
 from onceflow.triggers import parse_triggers
 

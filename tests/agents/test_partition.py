@@ -12,11 +12,11 @@ from typing import Any
 
 import orjson
 import pytest
+from memory_broker import MemoryBroker
 from onceflow.agents import wire
 from onceflow.agents.wire import Delivery
 from onceflow.calls import Callee
 from onceflow.errors import TransientError
-from onceflow.tables.memory import MemoryBroker
 from onceflow.tables.outbox import Outbox
 from onceflow.triggers import parse_triggers
 

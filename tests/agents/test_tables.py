@@ -9,8 +9,8 @@ import pytest
 from aiokafka.partitioner import murmur2 as reference_murmur2
 from hypothesis import given
 from hypothesis import strategies as st
+from memory_broker import MemoryBroker
 from onceflow.keys import kafka_partition, murmur2
-from onceflow.tables.memory import MemoryBroker
 from onceflow.tables.outbox import Outbox
 from onceflow.tables.partition import DictPartition, RocksPartition, StorageError
 from onceflow.tables.state import PartitionStore, TableBuffer, UndoLog, flush_state

@@ -14,8 +14,6 @@ import pytest
 from onceflow.app.broker import EmbeddedBroker, free_port
 from onceflow.app.process import WorkerProcess
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:

@@ -12,12 +12,12 @@ import orjson
 import pytest
 from onceflow.app.replay import replay_scenario
 from onceflow.journal import JournalRecord, contract_key
+from onceflow.outputs import Output
 from onceflow.pipeline.archive import list_archive
 from onceflow.pipeline.audit import Auditor
 from onceflow.pipeline.plan import ReplayPlan
 from onceflow.pipeline.replay import replay_to_files
 from onceflow.pipeline.session import Progress
-from onceflow.processor import Output
 from onceflow.scenario import load_scenario
 
 from .support import multiset

@@ -1,7 +1,7 @@
 """Topics in memory: the sender of agent tests and of the in-process cluster (no Kafka).
 
-Interpreted on purpose (tables/outbox.py is compiled): tests subclass the broker to refuse
-or lose what is sent, and keep record times in seconds as scenarios write them.
+Tests subclass the broker to refuse or lose what is sent, and keep record times in
+seconds as scenarios write them.
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onceflow.keys import kafka_partition
-
-from .outbox import Outbox, OutRecord, TopicPartition
+from onceflow.tables.outbox import Outbox, OutRecord, TopicPartition
 
 
 @dataclass(slots=True)

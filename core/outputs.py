@@ -1,0 +1,110 @@
+"""What the core sends besides journal records: outputs, and dead-letter copies.
+
+Every runner sends what a decision made as it is.  A dead letter (a copy kept on
+`DEAD_LETTER_TOPIC` of something onceflow did not process or could not send) is built
+here and nowhere else, so the replay, the worker and the Spark pipeline keep the same
+fields.  The worker's last-resort copy of a record it failed on (agents/partition.py
+`raw_letter`) is the one exception: it must read nothing that can fail.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .envelope import (
+    MAX_DEPTH,
+    Document,
+    NotJson,
+    Record,
+    deep_json,
+    is_text,
+    nested_deeper_than,
+    safe_headers,
+    seconds,
+)
+from .pickling import by_fields
+
+DEAD_LETTER_TOPIC: Final = "onceflow.dead-letter"
+
+
+@dataclass(slots=True)
+class Output:
+    """A document for an output, error, in-doubt, reply-to or the dead-letter topic."""
+
+    topic: str
+    key: str | None
+    value: Any
+    headers: dict[str, str]
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return by_fields(self)
+
+
+def dead_letter(record: Record, reason: str, *, raw_key: bytes | None = None,
+                null_headers: Iterable[str] = ()) -> Output:
+    """The dead-letter copy of a record onceflow did not process: nothing is lost.
+
+    {"reason", "topic", "partition", "offset", "ts" (seconds), "headers" (and
+    "headers_base64" for those that are not UTF-8), then "value", or "raw" (and
+    "raw_base64") for a value that is not JSON or nests deeper than a JSON writer takes}.
+    `raw_key`: the key's bytes when they are not UTF-8 ("key_base64"); `null_headers`:
+    names of headers whose value was null (kept as null).
+    """
+    value = record.value
+    body: dict[str, Any] = {"reason": reason, "topic": record.topic,
+                            "partition": record.partition, "offset": record.offset,
+                            "ts": seconds(record.ts)}
+    body.update(safe_headers(record.headers))
+    if isinstance(value, NotJson):
+        body["raw"] = value.text
+        if value.data is not None:
+            body["raw_base64"] = base64.b64encode(value.data).decode("ascii")
+    elif nested_deeper_than(value, MAX_DEPTH):
+        body["raw"] = deep_json(value)  # deeper than a JSON writer takes inside a record
+    else:
+        body["value"] = value
+    if raw_key is not None:
+        body["key_base64"] = base64.b64encode(raw_key).decode("ascii")
+    nulls = [name for name in null_headers if name not in record.headers and is_text(name)]
+    if nulls:
+        kept = dict(body.get("headers") or {})
+        for name in nulls:
+            kept[name] = None
+        body["headers"] = kept
+    return Output(DEAD_LETTER_TOPIC, record.key, body, {"reason": reason})
+
+
+def document_letter(doc: Document, reason: str, **fields: Any) -> Output:
+    """The dead-letter copy of an admitted document (dead_letter of its record).
+
+    It adds "identity" and "delivery_count", and `fields` (the trigger or triggers).
+    """
+    record = Record(doc.topic, doc.partition, doc.offset, doc.ts, doc.envelope, doc.key,
+                    doc.headers)
+    letter = dead_letter(record, reason)
+    letter.value["identity"] = doc.identity
+    letter.value["delivery_count"] = doc.delivery_count
+    letter.value.update(fields)
+    return letter
+
+
+def output_letter(output: Output, doc: Document, reason: str, **fields: Any) -> Output:
+    """The dead-letter copy of an output that could not be sent, and the document it answers.
+
+    {"reason", `fields` (where it was going), the document's "topic", "partition",
+    "offset", "ts" (seconds), the output's "headers" and "value"}.
+    """
+    body: dict[str, Any] = {"reason": reason, **fields, "topic": doc.topic,
+                            "partition": doc.partition, "offset": doc.offset,
+                            "ts": seconds(doc.ts), "headers": dict(output.headers),
+                            "value": output.value}
+    return Output(DEAD_LETTER_TOPIC, output.key, body, {"reason": reason})
+
+
+def unread_letter(reason: str, where: str, raw: str | None) -> Output:
+    """The dead-letter copy of an input line that is not a record: {"reason", "where", "raw"}."""
+    return Output(DEAD_LETTER_TOPIC, None, {"reason": reason, "where": where, "raw": raw},
+                  {"reason": reason})
