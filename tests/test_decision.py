@@ -316,9 +316,9 @@ class BrokenStore(dict):
 def test_broken_store_makes_history_raise_history_unavailable() -> None:
     history = History(BrokenStore(), TTL)
     with pytest.raises(HistoryUnavailable):
-        history.lookup("u-1", 0.0)
+        history.lookup("u-1", 0)
     with pytest.raises(HistoryUnavailable):
-        history.mark_processing("u-1", 0.0)
+        history.mark_processing("u-1", 0)
     with pytest.raises(HistoryUnavailable):
         history.remove("u-1")
     assert issubclass(HistoryUnavailable, TransientError)

@@ -125,7 +125,7 @@ def test_id_cache_equals_the_reference_model(size: int,
 # -- delivery counts -------------------------------------------------------------------------
 
 def rec(offset: int, headers: dict[str, str] | None = None, partition: int = 0,
-        topic: str = "t", value: Any = None, ts: float = 0.0) -> Record:
+        topic: str = "t", value: Any = None, ts: int = 0) -> Record:
     return Record(topic, partition, offset, ts, {} if value is None else value, None,
                   headers or {})
 
@@ -270,12 +270,12 @@ def test_made_up_document_types_are_rejected_and_do_not_grow_the_route_cache() -
 def test_admit_builds_the_document_and_routes_it_to_every_trigger_of_its_type() -> None:
     admitted = admit(make_ingress(),
         rec(0, {"message-id": "m-1"}, topic="order",
-            value={"uuid": "u-1", "activation": "a", "body": 1}, ts=12.5), position=4)
+            value={"uuid": "u-1", "activation": "a", "body": 1}, ts=12500), position=4)
     assert admitted.journal == [] and admitted.rejected_reason is None
     assert [t.name for t, _ in admitted.routed] == ["one", "two"]
     document = admitted.routed[0][1]
     assert (document.type, document.identity, document.activation, document.ts) == (
-        "order", "u-1", "a", 12.5)
+        "order", "u-1", "a", 12500)
     assert (document.message_id, document.delivery_count, document.position) == (
         "m-1", 1, 4)
 
@@ -355,16 +355,16 @@ def test_persisted_cache_survives_restart_and_the_memory_one_does_not() -> None:
 
 def test_bad_input_reaches_no_trigger_and_is_kept_in_the_dead_letter_topic() -> None:
     engine = Engine(TRIGGERS)
-    out = engine.process(Record("order", 0, 0, 3.0, NotJson("<xml/>"), "k",
+    out = engine.process(Record("order", 0, 0, 3000, NotJson("<xml/>"), "k",
                                 {"message-id": "m-7"}), 0)
     assert [(r.trigger, r.outcome, r.identity, r.activation, r.ts) for r in out.journal] == [
-        (None, "bad-input", "m-7", None, 3.0)]
+        (None, "bad-input", "m-7", None, 3000)]
     (dead,) = out.outputs
     assert dead.topic == DEAD_LETTER_TOPIC
     assert dead.value["raw"] == "<xml/>"
     assert "not JSON" in dead.value["reason"]
     # The worker goes on: the next record is processed.
-    out = engine.process(Record("order", 0, 1, 4.0, {"uuid": "u"}), 1)
+    out = engine.process(Record("order", 0, 1, 4000, {"uuid": "u"}), 1)
     assert sorted(r.outcome for r in out.journal) == ["processed", "processed"]
 
 

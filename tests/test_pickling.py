@@ -27,7 +27,7 @@ VALUES: list[Any] = [
     TRIGGERS.triggers[1],
     TopicSettings(5, False),
     Record("inv", 2, 9, 5, {"uuid": "u"}, "k", {"dup-id": "d"}),
-    Document("inv", "u", "a-1", {"uuid": "u"}, 5.5, "inv", 2, 9, "m", 3, "k", {"x": "y"}, 4),
+    Document("inv", "u", "a-1", {"uuid": "u"}, 5500, "inv", 2, 9, "m", 3, "k", {"x": "y"}, 4),
     JournalRecord("bill", "processed", "u", None, 5, "inv", 2, 9, "why", 1, 4),
     Output("bill.out", None, {"ok": True}, {"dup-id": "bill:u"}),
     HistoryEntry(3, 2),

@@ -55,10 +55,10 @@ async def test_a_record_the_worker_fails_on_is_an_internal_failure_not_bad_input
 def test_last_processed_follows_the_clock_and_only_processed_records() -> None:
     now = [1000.0]
     metrics = Metrics(clock=lambda: now[0])
-    metrics.count_journal([JournalRecord("bill", "processed", "i-1", None, 1.0, "inv", 0, 0)])
+    metrics.count_journal([JournalRecord("bill", "processed", "i-1", None, 1000, "inv", 0, 0)])
     now[0] = 1060.0
-    metrics.count_journal([JournalRecord("bill", "error", "i-2", None, 2.0, "inv", 0, 1),
-                           JournalRecord("ship", "in-doubt", "s-1", None, 2.0, "inv", 0, 2)])
+    metrics.count_journal([JournalRecord("bill", "error", "i-2", None, 2000, "inv", 0, 1),
+                           JournalRecord("ship", "in-doubt", "s-1", None, 2000, "inv", 0, 2)])
     found = scrape(metrics, NO_GAUGES)
     assert found[("onceflow_last_processed_timestamp_seconds", (("trigger", "bill"),))] \
         == 1000.0

@@ -28,11 +28,11 @@ def exported() -> dict[str, set[str]]:
     """{series name: its label names} of a worker that has seen one of everything."""
     metrics = Metrics()
     metrics.count_journal([
-        JournalRecord("orders", "processed", "o-1", None, 1.0, "order", 0, 0),
-        JournalRecord("orders", "in-doubt", "o-2", None, 1.0, "order", 0, 1),
-        JournalRecord(None, "bad-input", None, None, 1.0, "order", 0, 2)])
+        JournalRecord("orders", "processed", "o-1", None, 1000, "order", 0, 0),
+        JournalRecord("orders", "in-doubt", "o-2", None, 1000, "order", 0, 1),
+        JournalRecord(None, "bad-input", None, None, 1000, "order", 0, 2)])
     metrics.rejecting.add(("order", 0, 3))
-    metrics.count_journal([JournalRecord(None, "bad-input", None, None, 1.0, "order", 0, 3)])
+    metrics.count_journal([JournalRecord(None, "bad-input", None, None, 1000, "order", 0, 3)])
     metrics.observe_service("orders", 0.01)
     metrics.fetch_gaps[("onceflow.route", "read-again")] += 1
     gauges = Gauges({"orders": 0}, {"orders": 1}, {("order", 0): 3}, {"orders": True},

@@ -17,12 +17,12 @@ SERIES = re.compile(r"\b((?:onceflow|process)_[a-z_]+)\b")
 
 def exported() -> set[str]:
     metrics = Metrics()
-    metrics.count_journal([JournalRecord("orders", "processed", "o-1", None, 1.0, "order", 0, 0),
-                           JournalRecord(None, "bad-input", None, None, 1.0, "order", 0, 1)])
+    metrics.count_journal([JournalRecord("orders", "processed", "o-1", None, 1000, "order", 0, 0),
+                           JournalRecord(None, "bad-input", None, None, 1000, "order", 0, 1)])
     metrics.observe_service("orders", 0.01)
     metrics.fetch_gaps[("onceflow.route", "read-again")] += 1
     metrics.rejecting.add(("order", 0, 2))  # a record the worker failed on itself
-    metrics.count_journal([JournalRecord(None, "bad-input", None, None, 1.0, "order", 0, 2)])
+    metrics.count_journal([JournalRecord(None, "bad-input", None, None, 1000, "order", 0, 2)])
     gauges = Gauges({"orders": 0}, {"orders": 1}, {("order", 0): 3}, {"orders": False},
                     held={"orders": 0}, ready=True,
                     inputs={"orders": ("order", "onceflow.route")})
