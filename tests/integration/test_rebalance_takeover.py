@@ -31,7 +31,8 @@ PARTITIONS = 4
 TOPICS = ("t0", "t1", "t2")  # one more worker joins as each starts receiving records
 BACKLOG = 200  # records on t0 before the first workers start
 RATE = 200  # records a second on each topic being fed
-TRIGGERS = f'[[trigger]]\nname = "any"\ntypes = {list(TOPICS)!r}\ncondition = "any"\n'
+TRIGGERS = (f'[[trigger]]\nname = "any"\ntypes = {list(TOPICS)!r}\ncondition = "any"\n'
+            'service = "scripted"\n')
 
 
 def feed(bootstrap: str, names: Names, topic: str, stop: threading.Event,

@@ -19,7 +19,7 @@ from cli_runner import onceflow
 from onceflow.agents import wire
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer
-from onceflow.envelope import Document
+from onceflow.envelope import Document, record_time
 
 from .support import outcomes, publish, records, wait_journal
 
@@ -54,8 +54,8 @@ def test_a_document_routed_for_an_unknown_trigger_is_journaled_and_kept(
                  worker)
 
     # What a worker running the new file sends for the new trigger.
-    doc = Document("order", "o-1", None, envelope, time.time(), topic, partition, offset,
-                   f"{topic}/{partition}@{offset}", 1, "o-1", {})
+    doc = Document("order", "o-1", None, envelope, record_time(time.time()), topic, partition,
+                   offset, f"{topic}/{partition}@{offset}", 1, "o-1", {})
 
     async def route() -> None:
         async with Producer(broker.bootstrap) as producer:

@@ -21,7 +21,7 @@ from onceflow.agents.signing import HEADER, RouteSigner
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer
 from onceflow.app.process import http_json
-from onceflow.envelope import Document
+from onceflow.envelope import Document, record_time
 
 from .support import outcomes, publish, records, trigger_file, wait_journal
 
@@ -53,8 +53,8 @@ def test_forged_route_records_are_journaled_and_not_applied(
     seed = wire.control_message(wire.SEED, trigger="orders", identity=victim,
                                 status="completed", ts=time.time())
     tick = wire.control_message(wire.TICK, ts=1e300)
-    doc = Document("order", "o-routed", None, {"uuid": "o-routed"}, time.time(), "order", 0,
-                   0, "order/0@0", 1)
+    doc = Document("order", "o-routed", None, {"uuid": "o-routed"}, record_time(time.time()),
+                   "order", 0, 0, "order/0@0", 1)
     routed = wire.doc_message(["orders"], doc)
     good_seed = wire.control_message(wire.SEED, trigger="orders", identity=signed_victim,
                                      status="completed", ts=time.time())
