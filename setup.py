@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 COMPILED = [
     "calls", "decision", "durations", "engine", "envelope", "history", "ingress", "joins",
     "journal", "keys", "outputs", "partition", "pickling", "processor", "runners", "running",
+    "values",
     "scenario", "scripted", "store", "tomltext", "triggers",
 ]
 # The worker's per-record path outside the core: buffered table state, the outbox and its
@@ -43,7 +44,7 @@ COMPILED_WORKER = {
 }
 # Modules the compiled ones import that stay interpreted (mypyc must still read them).
 READ_ONLY_WORKER = {
-    "tables": ["__init__", "partition"],
+    "tables": ["__init__", "raw_partition"],
     "agents": ["__init__", "signing"],
 }
 

@@ -5,7 +5,7 @@ record stamped in year 9999 would expire every join opened on that partition aft
 after every restart too.  So in the worker, partition time never moves past the worker's
 wall clock plus the skew:
 
-- an input record stamped beyond it is `bad-input` at ingress (agents/partition.py);
+- an input record stamped beyond it is `bad-input` at ingress (agents/partition_worker.py);
 - a tick beyond it is `bad-input` on the repartition topic (agents/controls.py);
 - a routed document beyond it (its ingress worker's clock is ahead of this one's) is
   decided on its own time, and moves partition time only up to the limit;

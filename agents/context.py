@@ -11,7 +11,7 @@ from typing import Any
 
 from onceflow.calls import Callee
 from onceflow.tables.outbox import Sender
-from onceflow.tables.partition import RawPartition
+from onceflow.tables.raw_partition import RawPartition
 from onceflow.triggers import TriggerSet
 
 from .metrics import Metrics

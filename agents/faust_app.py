@@ -25,7 +25,7 @@ from faust.types import TP
 from onceflow.calls import Callee
 from onceflow.partition import caught_up
 from onceflow.tables.outbox import KafkaSender, Outbox
-from onceflow.tables.partition import DictPartition, RawPartition, RocksPartition, StorageError
+from onceflow.tables.raw_partition import DictPartition, RawPartition, RocksPartition, StorageError
 from onceflow.triggers import TriggerSet
 
 from . import store as _store  # noqa: F401  (registers the onceflow-rocksdb:// store)

@@ -12,7 +12,7 @@ that is not UTF-8 has three bytes for each bad one), so the worker measures what
 - journal records clip their longest fields (an identity of a megabyte, a reason quoting
   one);
 - documents that cannot be routed, held or joined within the limit are bad input for their
-  trigger (see agents/partition.py);
+  trigger (see agents/partition_worker.py);
 - what ingress itself stores under a record's own strings (the duplicate-ID cache: the
   `dup-id` and the message id; history keys and joins: the activation) is bounded by the
   core, in every runner: a record whose `dup-id`, activation, or (with a `dup-id`) message

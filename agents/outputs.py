@@ -28,8 +28,7 @@ from typing import Any
 import orjson
 from onceflow import journal as J
 from onceflow.envelope import Document
-from onceflow.outputs import DEAD_LETTER_TOPIC, Output, output_letter
-from onceflow.processor import output_headers
+from onceflow.outputs import DEAD_LETTER_TOPIC, Output, output_headers, output_letter
 from onceflow.running import ERROR, OK, SUSPEND, ServiceResult
 from onceflow.tables.outbox import Outbox
 

@@ -15,7 +15,7 @@ fast path every well-formed batch takes.  Only a batch whose reading raises
 with header names decoded with "surrogateescape": nothing is lost (each byte that is not
 UTF-8 becomes one lone surrogate, which `str.encode("utf-8", "surrogateescape")` turns
 back), and the core then makes the record bad input, naming the header
-(onceflow.envelope.header_problem); its dead-letter copy holds the name's bytes in base64.
+(onceflow.values.header_problem); its dead-letter copy holds the name's bytes in base64.
 Records before it in the batch are not handed over twice.
 """
 

@@ -6,10 +6,10 @@ import asyncio
 import logging
 from typing import Any
 
-from onceflow.tables.partition import StorageError
+from onceflow.tables.raw_partition import StorageError
 
 from .context import Shared, StateTable, WorkerOptions
-from .partition import PartitionWorker, RecordFault
+from .partition_worker import PartitionWorker, RecordFault
 from .wire import Delivery
 
 __all__ = ["Runtime", "StateTable", "WorkerOptions"]

@@ -6,7 +6,7 @@ one run again, a routed document skips the duplicate-ID cache, a tick moves the 
 every record onceflow writes there (workers, `onceflow resubmit`, `onceflow replay --live`)
 carries an HMAC-SHA256 in the header `onceflow-signature`, and a worker applies only
 records whose signature it can verify; any other is `bad-input` with a dead-letter copy
-(agents/partition.py), and the worker goes on.
+(agents/partition_worker.py), and the worker goes on.
 
 The key is derived from ONCEFLOW_ADMIN_TOKEN, the one secret a deployment already shares:
 whoever holds the token may suspend, resume and resubmit anyway.  A deployment without a

@@ -7,7 +7,7 @@ stream is what lets a tick or a control take effect exactly between two document
 
 Anyone who can write to the topic can put anything on it, so `read_message` checks every
 record before the worker acts on it: a record it cannot apply is `BadMessage`, which the
-partition journals as bad input and copies to the dead-letter topic (agents/partition.py)
+partition journals as bad input and copies to the dead-letter topic (agents/partition_worker.py)
 instead of failing its batch, which would stop the worker on that record after every
 restart.
 """
@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
-from onceflow.envelope import Document, Timestamp, json_kind
+from onceflow.envelope import Document, Timestamp
 from onceflow.journal import JournalRecord
 from onceflow.keys import kafka_partition
 from onceflow.outputs import DEAD_LETTER_TOPIC, Output
 from onceflow.tables.outbox import Outbox
+from onceflow.values import json_kind
 
 from .signing import RouteSigner
 
@@ -249,12 +250,12 @@ def header_dict(headers: list[tuple[str, bytes | None]] | None) -> dict[str, str
     """Kafka headers as the core reads them (the last of a repeated name wins).
 
     A header whose value is null is read as absent (so a null `message-id` or `dup-id`
-    is no header at all); dead-letter copies keep it as null (agents/partition.py).
+    is no header at all); dead-letter copies keep it as null (agents/partition_worker.py).
 
     Values are decoded losslessly: a byte that is not UTF-8 becomes a lone surrogate
     ("surrogateescape", as header names are by record_batches.py), never U+FFFD, so two
     different values never read as one; the core makes such a record bad input
-    (onceflow.envelope.header_problem).
+    (onceflow.values.header_problem).
     """
     if not headers:
         return {}

@@ -24,7 +24,6 @@ from onceflow.envelope import (
     H_REDELIVERY,
     Record,
     coordinates,
-    encode_value,
     record_time,
     seconds,
 )
@@ -33,6 +32,7 @@ from onceflow.partition import seed_route
 from onceflow.scenario import Control, HistorySeed, Scenario
 from onceflow.store import MemoryState
 from onceflow.triggers import TriggerSet
+from onceflow.values import encode_value
 
 
 @dataclass(slots=True)

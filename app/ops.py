@@ -21,7 +21,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaTimeoutError
 from onceflow.agents import wire
-from onceflow.envelope import Record, decode_value, encode_value, seconds
+from onceflow.envelope import Record, seconds
 from onceflow.errors import OnceflowError, ScenarioError
 from onceflow.history import state_keys
 from onceflow.ingress import Ingress
@@ -31,6 +31,7 @@ from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.store import MemoryState
 from onceflow.tables.outbox import record_size
 from onceflow.triggers import ALL, ONLY_ONE, TriggerDef, TriggerSet, load_triggers
+from onceflow.values import decode_value, encode_value
 
 from .kafka import Producer, read_topic
 from .process import WorkerUnreachable, http_json

@@ -10,20 +10,18 @@ from .envelope import (
     H_DUP_ID,
     H_MESSAGE_ID,
     MAX_DELIVERY_COUNT,
-    MAX_DEPTH,
     UNDEFINED_DELIVERY,
     BadEnvelope,
     Document,
     Record,
     check_envelope,
     envelope_fields,
-    header_problem,
-    nested_deeper_than,
     parse_delivery_count,
 )
 from .journal import JournalRecord
 from .store import Store
 from .triggers import TriggerDef, TriggerSet
+from .values import MAX_DEPTH, header_problem, nested_deeper_than
 
 # The longest dup-id, activation and (of a record with a dup-id) message id ingress
 # takes, in characters, in every runner.  They become state keys and values (the

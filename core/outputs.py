@@ -3,7 +3,7 @@
 Every runner sends what a decision made as it is.  A dead letter (a copy kept on
 `DEAD_LETTER_TOPIC` of something onceflow did not process or could not send) is built
 here and nowhere else, so the replay, the worker and the Spark pipeline keep the same
-fields.  The worker's last-resort copy of a record it failed on (agents/partition.py
+fields.  The worker's last-resort copy of a record it failed on (agents/partition_worker.py
 `raw_letter`) is the one exception: it must read nothing that can fail.
 """
 
@@ -14,18 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .envelope import (
-    MAX_DEPTH,
-    Document,
-    NotJson,
-    Record,
-    deep_json,
-    is_text,
-    nested_deeper_than,
-    safe_headers,
-    seconds,
-)
+from .envelope import H_DUP_ID, Document, Record, seconds
 from .pickling import by_fields
+from .triggers import TriggerDef
+from .values import MAX_DEPTH, NotJson, deep_json, is_text, nested_deeper_than, safe_headers
 
 DEAD_LETTER_TOPIC: Final = "onceflow.dead-letter"
 
@@ -108,3 +100,31 @@ def unread_letter(reason: str, where: str, raw: str | None) -> Output:
     """The dead-letter copy of an input line that is not a record: {"reason", "where", "raw"}."""
     return Output(DEAD_LETTER_TOPIC, None, {"reason": reason, "where": where, "raw": raw},
                   {"reason": reason})
+
+
+def output_headers(trigger: TriggerDef, identity: str, activation: str | None
+                   ) -> dict[str, str]:
+    """The headers of every document a trigger publishes.
+
+    The dup-id lets a consumer or a bridge drop a second copy.
+    """
+    headers = {H_DUP_ID: f"{trigger.name}:{identity}", "trigger": trigger.name,
+               "identity": identity}
+    if activation is not None:
+        headers["activation"] = activation
+    return headers
+
+
+def error_output(trigger: TriggerDef, documents: list[Any], key: str | None, identity: str,
+                 activation: str | None, error_type: str, message: str,
+                 attempts: int) -> Output:
+    """The error document of a run (or of a document the trigger could not take)."""
+    value = {
+        "trigger": trigger.name,
+        "identity": identity,
+        "activation": activation,
+        "error": {"type": error_type, "message": message},
+        "attempts": attempts,
+        "documents": documents,
+    }
+    return Output(trigger.error, key, value, output_headers(trigger, identity, activation))

@@ -7,7 +7,7 @@ trigger, suspended triggers hold their documents and redeliver them in order on 
 history entries are loaded (seeded) or forgotten by key.
 
 `onceflow replay` drives it through `Engine`, the Spark pipeline through `Engine` per group
-of a routing key, and the worker once per fetched batch of a partition (agents/partition.py),
+of a routing key, and the worker once per fetched batch of a partition (agents/partition_worker.py),
 which keeps the held documents in its control table (a `Holding` of its own) instead of
 memory.
 """

@@ -13,13 +13,13 @@ from typing import Any, Final
 from . import journal as J
 from .calls import CallContext, Callee
 from .decision import Decision, Status, decide, decide_unavailable, resolve
-from .envelope import H_DUP_ID, MAX_IDENTITY_LENGTH, Document, Timestamp
+from .envelope import MAX_IDENTITY_LENGTH, Document, Timestamp
 from .errors import HistoryUnavailable
 from .history import History, HistoryEntry, state_keys
 from .ingress import header_ignored
 from .joins import COMPLETE, DISCARDED, JoinBook, join_document
 from .journal import JournalRecord
-from .outputs import DEAD_LETTER_TOPIC, Output, document_letter
+from .outputs import DEAD_LETTER_TOPIC, Output, document_letter, error_output, output_headers
 from .running import OK, SUSPEND, ServiceResult
 from .store import Store
 from .triggers import TriggerDef
@@ -462,31 +462,3 @@ class TriggerProcessor:
 
     def _output_key(self, run: Run) -> str | None:
         return run.activation if run.activation is not None else run.newest.key
-
-
-def output_headers(trigger: TriggerDef, identity: str, activation: str | None
-                   ) -> dict[str, str]:
-    """The headers of every document a trigger publishes.
-
-    The dup-id lets a consumer or a bridge drop a second copy.
-    """
-    headers = {H_DUP_ID: f"{trigger.name}:{identity}", "trigger": trigger.name,
-               "identity": identity}
-    if activation is not None:
-        headers["activation"] = activation
-    return headers
-
-
-def error_output(trigger: TriggerDef, documents: list[Any], key: str | None, identity: str,
-                 activation: str | None, error_type: str, message: str,
-                 attempts: int) -> Output:
-    """The error document of a run (or of a document the trigger could not take)."""
-    value = {
-        "trigger": trigger.name,
-        "identity": identity,
-        "activation": activation,
-        "error": {"type": error_type, "message": message},
-        "attempts": attempts,
-        "documents": documents,
-    }
-    return Output(trigger.error, key, value, output_headers(trigger, identity, activation))

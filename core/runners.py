@@ -5,7 +5,7 @@ makes one processor per trigger over a runner's stores.  `TriggerRunner` drives 
 processors and their partition record by record, calling services in this thread: the
 replay driver (onceflow.engine) builds on it, and the Spark pipeline runs one per task
 (documents already admitted by its ingress stage).  The worker drives the same pieces
-asynchronously and in batches (agents/partition.py).
+asynchronously and in batches (agents/partition_worker.py).
 """
 
 from __future__ import annotations

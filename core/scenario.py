@@ -9,11 +9,12 @@ from typing import Any, Final
 
 import orjson
 
-from .envelope import Record, Timestamp, decode_value, record_time
+from .envelope import Record, Timestamp, record_time
 from .errors import ScenarioError
 from .pickling import by_fields
 from .tomltext import toml_text
 from .triggers import TriggerSet, load_triggers
+from .values import decode_value
 
 
 @dataclass(slots=True)

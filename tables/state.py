@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import orjson
 
-from .partition import RawPartition
+from .raw_partition import RawPartition
 
 _ABSENT: Final = object()
 

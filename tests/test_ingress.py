@@ -14,11 +14,8 @@ from onceflow.engine import Engine
 from onceflow.envelope import (
     BadEnvelope,
     Document,
-    NotJson,
     Record,
     check_envelope,
-    decode_value,
-    encode_value,
     parse_delivery_count,
     record_time,
     seconds,
@@ -29,6 +26,7 @@ from onceflow.outputs import DEAD_LETTER_TOPIC
 from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.store import MemoryState
 from onceflow.triggers import TriggerDef, parse_triggers
+from onceflow.values import NotJson, decode_value, encode_value
 from reference_models import ReferenceIdCache
 
 # -- IdCache --------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The core's per-partition rules (onceflow.partition) and the versioned history values.
 
-Replay and Spark drive them through Engine, the worker through agents/partition.py: these
+Replay and Spark drive them through Engine, the worker through agents/partition_worker.py: these
 tests hold them to their contract once, whichever runner calls them.
 """
 

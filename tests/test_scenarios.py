@@ -229,8 +229,8 @@ def test_a_redelivery_line_without_a_value_takes_the_first_lines_value(tmp_path:
     # The reader keeps where each offset's line starts in the file, not its decoded value,
     # and reads and decodes that line again for a redelivery that leaves the value out:
     # the same value, "raw" text included.
-    from onceflow.envelope import NotJson
     from onceflow.scenario import InputOffsets, parse_record_line, read_records
+    from onceflow.values import NotJson
 
     lines = [{"ts": 1, "topic": "t", "value": {"uuid": "a", "n": [1, {"x": None}]}},
              {"ts": 2, "topic": "t", "raw": "not json"},

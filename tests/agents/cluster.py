@@ -16,7 +16,7 @@ from onceflow.agents.runtime import Runtime
 from onceflow.agents.wire import Delivery
 from onceflow.runners import load_callees
 from onceflow.tables.outbox import OutRecord
-from onceflow.tables.partition import DictPartition
+from onceflow.tables.raw_partition import DictPartition
 from onceflow.triggers import TriggerSet
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
-from onceflow.agents import partition as partition_module
+from onceflow.agents import partition_worker as partition_module
 from onceflow.agents.wire import Delivery
 from onceflow.calls import Callee
 from onceflow.tables.state import StateCorrupt
@@ -227,7 +227,7 @@ def _broken_header_dict(headers: Any) -> dict[str, str]:
 
 async def test_a_store_that_cannot_write_stops_the_worker_and_journals_no_record(
         caplog: pytest.LogCaptureFixture) -> None:
-    from onceflow.tables.partition import StorageError
+    from onceflow.tables.raw_partition import StorageError
 
     c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1")])

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from memory_broker import MemoryBroker
 from onceflow.keys import kafka_partition, murmur2
 from onceflow.tables.outbox import Outbox
-from onceflow.tables.partition import DictPartition, RocksPartition, StorageError
+from onceflow.tables.raw_partition import DictPartition, RocksPartition, StorageError
 from onceflow.tables.state import PartitionStore, TableBuffer, UndoLog, flush_state
 
 keys = st.text(min_size=1, max_size=8)

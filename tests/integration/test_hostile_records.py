@@ -25,7 +25,7 @@ from aiokafka.record import default_records
 from onceflow.agents import wire
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer
-from onceflow.envelope import deep_json
+from onceflow.values import deep_json
 
 from .support import outcomes, records, wait_journal
 

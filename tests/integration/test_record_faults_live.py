@@ -34,9 +34,9 @@ service = "faulty:service"
 
 # Imported by the worker: routing raises for the document "boom", as a bug would.
 FAULTY = '''
-from onceflow.agents import partition
+from onceflow.agents import partition_worker
 
-_route = partition.routing_key
+_route = partition_worker.routing_key
 
 
 def _failing(trigger, document):
@@ -45,7 +45,7 @@ def _failing(trigger, document):
     return _route(trigger, document)
 
 
-partition.routing_key = _failing
+partition_worker.routing_key = _failing
 
 
 def service(document):

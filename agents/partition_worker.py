@@ -27,28 +27,21 @@ stops the worker is the broker refusing what it must write (see docs/operations.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 from typing import Any
 
-import orjson
-from aiokafka.errors import KafkaError
 from onceflow import journal as J
 from onceflow.envelope import (
     H_REDELIVERY,
     Document,
     Record,
     coordinates,
-    decode_value,
-    envelope_fields,
     parse_coordinates,
     record_time,
-    seconds,
 )
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
-from onceflow.keys import key_prefix, split_state_key, state_key
-from onceflow.outputs import DEAD_LETTER_TOPIC, Output, dead_letter, document_letter
+from onceflow.keys import key_prefix
 from onceflow.partition import Partition, routing_key
 from onceflow.processor import (
     HELD,
@@ -56,64 +49,35 @@ from onceflow.processor import (
     Run,
     Sink,
     TriggerProcessor,
-    error_output,
 )
 from onceflow.runners import build_processors
 from onceflow.tables.outbox import Outbox
-from onceflow.tables.partition import StorageError
+from onceflow.tables.raw_partition import StorageError
 from onceflow.tables.state import (
     PartitionStore,
-    StateCorrupt,
     TableBuffer,
     UndoLog,
     flush_state,
 )
 from onceflow.triggers import ALL
+from onceflow.values import decode_value
 
 from . import clock, limits, wire
 from .batch import SubBatch, Take, complete_runs, decide_waiting, run_services, suspends
 from .context import Shared
 from .controls import ControlMixin
+from .held import HeldInControl
 from .outputs import deliver_replies, fit_take, refuse_oversized_results
+from .rejects import RecordFault, RejectMixin, claims, stops_the_worker
 
 log = logging.getLogger("onceflow.worker")
 
 
-class RecordFault(Exception):
-    """Handling some records failed in a way one record can cause.
-
-    `durable`: how many of them (from the first) are durable; `at`: the record at hand.
-    """
-
-    def __init__(self, error: Exception, durable: int, at: str) -> None:
-        super().__init__(f"{at}: {error!r}")
-        self.durable = durable
-        self.at = at
-
-
-def stops_the_worker(exc: Exception) -> bool:
-    """Whether a failure is not the record's: the broker, the local store, corrupt state.
-
-    These stop the worker (fail-stop: the batch is not acknowledged, and is decided again
-    after a restart); any other failure is the record's to carry.  A full disk under the
-    local store (StorageError) is never a record's fault.
-    """
-    return isinstance(exc, KafkaError | OSError | TimeoutError | StateCorrupt | StorageError)
-
-
-def _printable(text: str) -> str:
-    """Text that any JSON writer takes (an exception may quote undecodable bytes)."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-_SUSPENDED = "suspended"
-_HELD = "held"
-_HELD_PREFIX = key_prefix(_HELD)
 _TIME = "time"
 _APPLIED = "applied"  # ids of the admin controls applied (agents/controls.py)
 
 
-class PartitionWorker(ControlMixin):
+class PartitionWorker(RejectMixin, ControlMixin):
     """The state and the processing of one partition."""
 
     def __init__(self, runtime: Shared, partition: int) -> None:
@@ -220,71 +184,6 @@ class PartitionWorker(ControlMixin):
                                  self.where(deliveries[-1]), exc)
                 raise
 
-    async def reject(self, delivery: wire.Delivery, fault: RecordFault) -> None:
-        """A record the worker failed on, alone: journal it, keep it, and go on.
-
-        `bad-input` (trigger null) with the failure as the reason, and a dead-letter copy
-        of the record as it was; its offset is committed like any other.
-        """
-        async with self.lock:
-            error = fault.__cause__ or fault
-            what = limits.clip(_printable(f"{type(error).__name__}: {error}"))
-            where = self.where(delivery)
-            reason = (f"the worker failed on record {where} ({what}); it was not processed "
-                      f"and is kept on {DEAD_LETTER_TOPIC}; please report it")
-            log.error("onceflow: %s", reason, exc_info=error)
-            self._failed_input(delivery, reason)
-            await self._flush()
-
-    def _key_text(self, key: bytes | None) -> str | None:
-        """A record key as documents carry it; bytes that are not UTF-8 are kept aside.
-
-        The key only partitions what a document produces, so one that is not UTF-8 is
-        read with U+FFFD (an Avro or integer key is not bad input); a dead-letter copy of
-        the record holds its bytes in "key_base64" (see _letter).
-        """
-        self._raw_key = None
-        if not key:
-            return None
-        try:
-            return key.decode("utf-8")
-        except UnicodeDecodeError:
-            self._raw_key = key
-            return key.decode("utf-8", "replace")
-
-    def _headers(self, delivery: wire.Delivery) -> dict[str, str]:
-        """The record's headers as the core reads them: a null value is no header.
-
-        The names of null ones are kept aside for a dead-letter copy (see _letter).
-        """
-        headers = delivery.headers
-        self._null_headers = [name for name, value in headers if value is None] \
-            if headers else []
-        return wire.header_dict(headers) if headers else {}
-
-    def _letter(self, record: Record, reason: str) -> Output:
-        """The dead-letter copy of the record at hand.
-
-        Its key's bytes in "key_base64" when the key is not UTF-8; its headers whose
-        value is null, as null.
-        """
-        return dead_letter(record, reason, raw_key=self._raw_key,
-                           null_headers=self._null_headers)
-
-    def _failed_input(self, delivery: wire.Delivery, reason: str) -> None:
-        """The last resort for a record (input or route): journal it, keep its bytes.
-
-        Nothing here parses the record again (the normal path just failed on it): the
-        identity is its coordinates, and the dead letter holds the key, value and headers
-        as raw text, or in base64 where they are not UTF-8 (see raw_letter).
-        """
-        rt = self.rt
-        topic = rt.names.logical(delivery.topic)
-        where = coordinates(topic, delivery.partition, delivery.offset)
-        self.journal.append(JournalRecord(None, J.BAD_INPUT, where, None, delivery.ts, topic,
-                                          delivery.partition, delivery.offset, reason))
-        self.outputs.append(raw_letter(delivery, topic, reason, rt.options.max_record_bytes))
-
     async def _input_record(self, delivery: wire.Delivery) -> None:
         rt = self.rt
         ts = delivery.ts
@@ -355,73 +254,12 @@ class PartitionWorker(ControlMixin):
             return None
         return named[2]
 
-    def _too_large(self, processor: TriggerProcessor, doc: Document, why: str,
-                   sink: Sink | None = None) -> None:
-        """Bad input for a trigger: the document cannot be routed, held or joined whole.
-
-        Journal `bad-input`; the trigger's error topic gets an error document (BadInput)
-        that refers to the input record, which stays on its topic.
-        """
-        trigger = processor.trigger
-        if sink is None:
-            sink = Sink(self.journal, self.outputs)
-        reason = (f"{why}: trigger {trigger.name!r} does not take it; the record stays on "
-                  f"its topic")
-        sink.journal.append(JournalRecord(trigger.name, J.BAD_INPUT, doc.identity,
-                                          doc.activation, doc.ts, doc.topic, doc.partition,
-                                          doc.offset, reason, None, doc.position))
-        error = error_output(trigger, [limits.reference(doc)], doc.key or doc.activation,
-                             doc.identity, doc.activation, "BadInput", reason, 0)
-        limits.fit(error, "error", [doc], self.rt.options.max_record_bytes)
-        sink.output(error)
-
-    def _oversized(self, record: Record, value: bytes, size: int) -> None:
-        limit = self.rt.options.max_document_bytes
-        reason = (f"the value is {size} bytes, more than max_document_bytes ({limit}): "
-                  f"onceflow does not copy it; the record stays on its topic")
-        try:
-            uuid, activation = envelope_fields(orjson.loads(value))
-        except orjson.JSONDecodeError:
-            uuid, activation = None, None
-        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
-                                          activation, record.ts, record.topic,
-                                          record.partition, record.offset, reason))
-        letter = self._letter(record, reason)
-        letter.value.pop("value", None)  # by reference only: the record is on its topic
-        letter.value["size"] = size
-        limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes)  # its headers
-        self.outputs.append(letter)
-
-    def _ahead_of_clock(self, delivery: wire.Delivery, why: str) -> None:
-        """Bad input at ingress, before any state is written: a record time too far ahead."""
-        rt = self.rt
-        value = delivery.value
-        record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
-                        delivery.ts, None, self._key_text(delivery.key),
-                        self._headers(delivery))
-        size = len(value or b"")
-        if size <= rt.options.max_document_bytes:
-            record.value = decode_value(value)
-        uuid, activation = envelope_fields(record.value)
-        reason = f"the record: {why}; the record stays on its topic"
-        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
-                                          activation, record.ts, record.topic,
-                                          record.partition, record.offset, reason))
-        letter = self._letter(record, reason)
-        if size > rt.options.max_document_bytes:
-            letter.value.pop("value", None)  # by reference only, as for an oversized value
-            letter.value["size"] = size
-            limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes)
-        elif limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
-            letter.value["size"] = size
-        self.outputs.append(letter)
-
     async def _route_message(self, delivery: wire.Delivery) -> None:
         forged = self.rt.signer.check(delivery.topic, delivery.partition, delivery.value,
                                       delivery.headers)
         if forged is not None:
             self.bad_route_record(delivery, f"record {self.where(delivery)} of the repartition "
-                                  f"topic{_claims(delivery.value)} was not applied: {forged}")
+                                  f"topic{claims(delivery.value)} was not applied: {forged}")
             return
         try:
             kind, message, doc = wire.read_message(delivery.value)
@@ -461,50 +299,6 @@ class PartitionWorker(ControlMixin):
         return coordinates(self.rt.names.logical(delivery.topic), delivery.partition,
                            delivery.offset)
 
-    def bad_route_record(self, delivery: wire.Delivery, reason: str, *,
-                         trigger: str | None = None) -> None:
-        """A repartition-topic record this worker cannot apply: journal it, keep a copy.
-
-        Journal `bad-input` (trigger null, or the trigger a control message names) with
-        the reason, which names the record's coordinates; the record goes to the
-        dead-letter topic as it was; the worker goes on (its offset is committed).
-        """
-        topic = self.rt.names.logical(delivery.topic)
-        log.warning("onceflow: %s", limits.clip(reason))
-        key = self._key_text(delivery.key)
-        record = Record(topic, delivery.partition, delivery.offset, delivery.ts,
-                        decode_value(delivery.value), key,
-                        self._headers(delivery))
-        identity = None if trigger is not None else self.where(delivery)
-        self.journal.append(JournalRecord(trigger, J.BAD_INPUT, identity, None, delivery.ts,
-                                          topic, delivery.partition, delivery.offset, reason))
-        letter = self._letter(record, reason)
-        if limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes):
-            letter.value["size"] = len(delivery.value or b"")
-        self.outputs.append(letter)
-
-    def _unknown_triggers(self, names: list[str], doc: Document) -> None:
-        """A document routed here for triggers this worker does not have: keep it.
-
-        During a rolling change of the trigger file a worker with the new file can route a
-        document to one still running the old file (or the other way round).  Each such
-        trigger gets an `error` journal record, and the document goes to the dead-letter
-        topic; `onceflow resubmit TRIGGER --outcome error` runs it once every worker has
-        the trigger.
-        """
-        listed = ", ".join(repr(name) for name in names)
-        subject = f"trigger {listed} is" if len(names) == 1 else f"triggers {listed} are"
-        reason = (f"{subject} not defined on this worker: a worker with another trigger "
-                  f"file routed this document here; the document went to "
-                  f"{DEAD_LETTER_TOPIC}; once every worker runs the same trigger file, "
-                  f"resubmit it (onceflow resubmit TRIGGER --outcome error)")
-        for name in names:
-            self.journal.append(JournalRecord(name, J.ERROR, doc.identity, doc.activation,
-                                              doc.ts, doc.topic, doc.partition, doc.offset,
-                                              reason, None, doc.position))
-        letter = document_letter(doc, reason, triggers=names)
-        limits.fit(letter, "dead-letter", [doc], self.rt.options.max_record_bytes)
-        self.outputs.append(letter)
 
     # -- deciding ---------------------------------------------------------------------
 
@@ -537,25 +331,6 @@ class PartitionWorker(ControlMixin):
         batch.add(take)
         if result is HELD:
             self._hold_suspended(take, [doc])
-
-    def _check_join(self, processor: TriggerProcessor, doc: Document, sink: Sink) -> None:
-        """An open join that would be too large for its changelog record does not take doc."""
-        activation = doc.activation
-        assert activation is not None and processor.joins is not None
-        name = processor.trigger.name
-        state = self.joins[name].get(activation)
-        limit = self.rt.options.max_record_bytes
-        size = limits.record_size((key_prefix(name) + activation).encode(), orjson.dumps(state))
-        if size <= limit:
-            return
-        members = {t: m for t, m in state["members"].items() if t != doc.type}
-        kept = {k: v for k, v in state.items() if k not in ("deadline", "members")}
-        processor.joins.restore(activation, {**state, "members": members} if members
-                                else kept or None)  # expired members stay remembered
-        sink.journal.pop()
-        self._too_large(processor, doc, limits.too_large(
-            f"the open join of activation {limits.clip(activation)!r} with this document",
-            size, limit), sink)
 
     def _hold_suspended(self, take: Take, docs: list[Document]) -> None:
         """Hold documents of the take's suspended trigger, and tell every partition."""
@@ -713,146 +488,3 @@ class PartitionWorker(ControlMixin):
     def forget(self, trigger: str, key: str, only: str) -> bool:
         """Remove an entry so a resubmitted document is decided again (see Partition)."""
         return self.state.forget(trigger, key, only)
-
-
-class HeldInControl:
-    """Held documents in the partition's control table: they survive a restart.
-
-    Each under `held<US>trigger<US>NNNNNNNNNNNN`, numbered in arrival order; the
-    suspension itself under `suspended<US>trigger`.  A document whose changelog record
-    would be larger than max_record_bytes is refused (bad input for the trigger).
-    """
-
-    def __init__(self, control: PartitionStore, triggers: list[str], limit: int) -> None:
-        self.control = control
-        self.limit = limit
-        self.keys: dict[str, list[str]] = {name: [] for name in triggers}
-        for key in control.keys():
-            if key.startswith(_HELD_PREFIX):
-                _, name, _ = split_state_key(key)
-                if name in self.keys:
-                    self.keys[name].append(key)
-
-    def add(self, trigger: str, doc: Document) -> str | None:
-        """Keep doc in the control table; why not, when its record would be too large."""
-        keys = self.keys[trigger]
-        last = int(split_state_key(keys[-1])[-1]) if keys else 0
-        key = state_key(_HELD, trigger, f"{last + 1:012d}")
-        data = doc.to_json()
-        size = limits.record_size(key.encode(), orjson.dumps(data))
-        if size > self.limit:
-            return limits.too_large("the document held for the suspended trigger", size,
-                                    self.limit)
-        self.control[key] = data
-        keys.append(key)
-        return None
-
-    def drain(self, trigger: str) -> list[Document]:
-        """The held documents, oldest first, removed from the table."""
-        keys, self.keys[trigger] = self.keys[trigger], []
-        docs = []
-        for key in keys:
-            docs.append(Document.from_json(self.control[key]))
-            del self.control[key]
-        return docs
-
-    def suspensions(self) -> dict[str, str]:
-        """The recorded suspensions of the triggers: {trigger: reason}."""
-        found = {}
-        for name in self.keys:
-            entry = self.control.get(state_key(_SUSPENDED, name))
-            if entry is not None:
-                found[name] = entry["reason"]
-        return found
-
-    def mark(self, trigger: str, reason: str | None) -> None:
-        """Record (or clear, reason None) the suspension of trigger."""
-        key = state_key(_SUSPENDED, trigger)
-        if reason is not None:
-            self.control[key] = {"reason": reason}
-        elif key in self.control:
-            del self.control[key]
-
-
-def _text(data: str | bytes | None) -> str | None:
-    """The data as UTF-8 text, or None when it is not (never raises)."""
-    try:
-        if isinstance(data, str):
-            data.encode("utf-8")  # a name read with surrogateescape is not text
-            return data
-        return bytes(data).decode("utf-8") if data is not None else None
-    except (UnicodeError, TypeError, ValueError):
-        return None
-
-
-def _base64(data: str | bytes | None) -> str:
-    try:
-        if isinstance(data, str):
-            data = data.encode("utf-8", "surrogateescape")
-        return base64.b64encode(bytes(data or b"")).decode("ascii")
-    except (UnicodeError, TypeError, ValueError):
-        return ""
-
-
-def raw_letter(delivery: wire.Delivery, topic: str, reason: str, limit: int) -> Output:
-    """The dead-letter copy of a record the worker failed on, from its bytes alone.
-
-    {"reason", "topic", "partition", "offset", "ts", "raw" (the value as UTF-8 text) or
-    "raw_base64", "headers": {name: text or null}, "headers_base64": [{"name", "value"}]
-    for the ones that are not UTF-8, "key_base64" when the key is not UTF-8}, the key as
-    the record's key when it is text.  Nothing here can fail on what the record holds.
-
-    The one dead letter built outside the core (onceflow.outputs): the core's copies read
-    the decoded record, and this last resort must read nothing that can fail, so it
-    keeps the bytes as they came instead.
-    """
-    body: dict[str, Any] = {"reason": reason, "topic": topic, "partition": delivery.partition,
-                            "offset": delivery.offset,
-                            "ts": seconds(delivery.ts) if type(delivery.ts) is int else None}
-    value = delivery.value
-    if value is not None:
-        text = _text(value)
-        if text is not None:
-            body["raw"] = text
-        else:
-            body["raw_base64"] = _base64(value)
-    headers: dict[str, str | None] = {}
-    binary: list[dict[str, str | None]] = []
-    for header in delivery.headers or ():
-        try:
-            name, data = header
-        except (TypeError, ValueError):
-            continue
-        name_text = _text(name)
-        data_text = _text(data)
-        if name_text is not None and (data is None or data_text is not None):
-            headers[name_text] = data_text
-        else:
-            binary.append({"name": _base64(name),
-                           "value": None if data is None else _base64(data)})
-    body["headers"] = headers
-    if binary:
-        body["headers_base64"] = binary
-    key = _text(delivery.key) if delivery.key else None
-    if delivery.key and key is None:
-        body["key_base64"] = _base64(delivery.key)
-    letter = Output(DEAD_LETTER_TOPIC, key, body, {"reason": limits.clip(reason)})
-    size = len(value or b"")
-    if limits.fit(letter, "dead-letter", [], limit):
-        letter.value["size"] = size
-    return letter
-
-
-def _claims(value: bytes | None) -> str:
-    """What an unverified route record says it is (" (a suspend message for 'x')"), if any."""
-    try:
-        message = orjson.loads(value) if value else None
-    except orjson.JSONDecodeError:
-        return ""
-    if not isinstance(message, dict) or not isinstance(message.get("k"), str):
-        return ""
-    kind = limits.clip(message["k"], 80)
-    names = message.get("t") if kind == wire.DOC else [message.get("trigger")]
-    if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
-        return f" (a {kind!r} message for {limits.clip(', '.join(map(repr, names)), 200)})"
-    return f" (a {kind!r} message)"

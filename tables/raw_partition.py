@@ -21,7 +21,7 @@ FAUST_OFFSET_KEY = b"__faust\0offset__"
 class StorageError(OnceflowError):
     """The local store failed (a full disk, an I/O error): never a record's fault.
 
-    The worker stops on it (agents/partition.py, stops_the_worker); the message names the
+    The worker stops on it (agents/partition_worker.py, stops_the_worker); the message names the
     store's directory and the cause.
     """
 

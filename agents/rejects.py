@@ -1,0 +1,352 @@
+"""What a partition does with a record it cannot decide: journal it, keep a copy, go on.
+
+Bad input at ingress (a value too large, a time too far ahead of the clock, a document a
+trigger cannot take whole), repartition-topic records that cannot be applied, documents
+routed for a trigger this worker does not have, and the last resort: a record the worker
+itself failed on.  Each gets a `bad-input` (or `error`) journal record and a dead-letter
+copy; the record's offset is committed like any other.  The dead-letter document is the
+core's (onceflow.outputs), but for the last resort, which must read nothing that can fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from typing import Any
+
+import orjson
+from aiokafka.errors import KafkaError
+from onceflow import journal as J
+from onceflow.envelope import Document, Record, coordinates, envelope_fields, seconds
+from onceflow.journal import JournalRecord
+from onceflow.keys import key_prefix
+from onceflow.outputs import DEAD_LETTER_TOPIC, Output, dead_letter, document_letter, error_output
+from onceflow.processor import Sink, TriggerProcessor
+from onceflow.tables.raw_partition import StorageError
+from onceflow.tables.state import StateCorrupt
+from onceflow.values import decode_value
+
+from . import limits, wire
+from .context import Shared
+
+log = logging.getLogger("onceflow.worker")
+
+
+class RecordFault(Exception):
+    """Handling some records failed in a way one record can cause.
+
+    `durable`: how many of them (from the first) are durable; `at`: the record at hand.
+    """
+
+    def __init__(self, error: Exception, durable: int, at: str) -> None:
+        super().__init__(f"{at}: {error!r}")
+        self.durable = durable
+        self.at = at
+
+
+def _printable(text: str) -> str:
+    """Text that any JSON writer takes (an exception may quote undecodable bytes)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def stops_the_worker(exc: Exception) -> bool:
+    """Whether a failure is not the record's: the broker, the local store, corrupt state.
+
+    These stop the worker (fail-stop: the batch is not acknowledged, and is decided again
+    after a restart); any other failure is the record's to carry.  A full disk under the
+    local store (StorageError) is never a record's fault.
+    """
+    return isinstance(exc, KafkaError | OSError | TimeoutError | StateCorrupt | StorageError)
+
+
+class RejectMixin:
+    """The partition worker's paths for records it cannot decide."""
+
+    rt: Shared
+    lock: asyncio.Lock
+    journal: list[JournalRecord]
+    outputs: list[Any]
+    processors: dict[str, TriggerProcessor]
+    _raw_key: bytes | None
+    _null_headers: list[str]
+
+    joins: dict[str, Any]
+
+    # Provided by the partition worker.
+    def where(self, delivery: wire.Delivery) -> str: ...  # noqa: D102
+    async def _flush(self) -> None: ...
+
+    async def reject(self, delivery: wire.Delivery, fault: RecordFault) -> None:
+        """A record the worker failed on, alone: journal it, keep it, and go on.
+
+        `bad-input` (trigger null) with the failure as the reason, and a dead-letter copy
+        of the record as it was; its offset is committed like any other.
+        """
+        async with self.lock:
+            error = fault.__cause__ or fault
+            what = limits.clip(_printable(f"{type(error).__name__}: {error}"))
+            where = self.where(delivery)
+            reason = (f"the worker failed on record {where} ({what}); it was not processed "
+                      f"and is kept on {DEAD_LETTER_TOPIC}; please report it")
+            log.error("onceflow: %s", reason, exc_info=error)
+            self._failed_input(delivery, reason)
+            await self._flush()
+
+    def _key_text(self, key: bytes | None) -> str | None:
+        """A record key as documents carry it; bytes that are not UTF-8 are kept aside.
+
+        The key only partitions what a document produces, so one that is not UTF-8 is
+        read with U+FFFD (an Avro or integer key is not bad input); a dead-letter copy of
+        the record holds its bytes in "key_base64" (see _letter).
+        """
+        self._raw_key = None
+        if not key:
+            return None
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError:
+            self._raw_key = key
+            return key.decode("utf-8", "replace")
+
+    def _headers(self, delivery: wire.Delivery) -> dict[str, str]:
+        """The record's headers as the core reads them: a null value is no header.
+
+        The names of null ones are kept aside for a dead-letter copy (see _letter).
+        """
+        headers = delivery.headers
+        self._null_headers = [name for name, value in headers if value is None] \
+            if headers else []
+        return wire.header_dict(headers) if headers else {}
+
+    def _letter(self, record: Record, reason: str) -> Output:
+        """The dead-letter copy of the record at hand.
+
+        Its key's bytes in "key_base64" when the key is not UTF-8; its headers whose
+        value is null, as null.
+        """
+        return dead_letter(record, reason, raw_key=self._raw_key,
+                           null_headers=self._null_headers)
+
+    def _failed_input(self, delivery: wire.Delivery, reason: str) -> None:
+        """The last resort for a record (input or route): journal it, keep its bytes.
+
+        Nothing here parses the record again (the normal path just failed on it): the
+        identity is its coordinates, and the dead letter holds the key, value and headers
+        as raw text, or in base64 where they are not UTF-8 (see raw_letter).
+        """
+        rt = self.rt
+        topic = rt.names.logical(delivery.topic)
+        where = coordinates(topic, delivery.partition, delivery.offset)
+        self.journal.append(JournalRecord(None, J.BAD_INPUT, where, None, delivery.ts, topic,
+                                          delivery.partition, delivery.offset, reason))
+        self.outputs.append(raw_letter(delivery, topic, reason, rt.options.max_record_bytes))
+
+    def _too_large(self, processor: TriggerProcessor, doc: Document, why: str,
+                   sink: Sink | None = None) -> None:
+        """Bad input for a trigger: the document cannot be routed, held or joined whole.
+
+        Journal `bad-input`; the trigger's error topic gets an error document (BadInput)
+        that refers to the input record, which stays on its topic.
+        """
+        trigger = processor.trigger
+        if sink is None:
+            sink = Sink(self.journal, self.outputs)
+        reason = (f"{why}: trigger {trigger.name!r} does not take it; the record stays on "
+                  f"its topic")
+        sink.journal.append(JournalRecord(trigger.name, J.BAD_INPUT, doc.identity,
+                                          doc.activation, doc.ts, doc.topic, doc.partition,
+                                          doc.offset, reason, None, doc.position))
+        error = error_output(trigger, [limits.reference(doc)], doc.key or doc.activation,
+                             doc.identity, doc.activation, "BadInput", reason, 0)
+        limits.fit(error, "error", [doc], self.rt.options.max_record_bytes)
+        sink.output(error)
+
+    def _oversized(self, record: Record, value: bytes, size: int) -> None:
+        limit = self.rt.options.max_document_bytes
+        reason = (f"the value is {size} bytes, more than max_document_bytes ({limit}): "
+                  f"onceflow does not copy it; the record stays on its topic")
+        try:
+            uuid, activation = envelope_fields(orjson.loads(value))
+        except orjson.JSONDecodeError:
+            uuid, activation = None, None
+        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
+                                          activation, record.ts, record.topic,
+                                          record.partition, record.offset, reason))
+        letter = self._letter(record, reason)
+        letter.value.pop("value", None)  # by reference only: the record is on its topic
+        letter.value["size"] = size
+        limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes)  # its headers
+        self.outputs.append(letter)
+
+    def _ahead_of_clock(self, delivery: wire.Delivery, why: str) -> None:
+        """Bad input at ingress, before any state is written: a record time too far ahead."""
+        rt = self.rt
+        value = delivery.value
+        record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
+                        delivery.ts, None, self._key_text(delivery.key),
+                        self._headers(delivery))
+        size = len(value or b"")
+        if size <= rt.options.max_document_bytes:
+            record.value = decode_value(value)
+        uuid, activation = envelope_fields(record.value)
+        reason = f"the record: {why}; the record stays on its topic"
+        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
+                                          activation, record.ts, record.topic,
+                                          record.partition, record.offset, reason))
+        letter = self._letter(record, reason)
+        if size > rt.options.max_document_bytes:
+            letter.value.pop("value", None)  # by reference only, as for an oversized value
+            letter.value["size"] = size
+            limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes)
+        elif limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
+            letter.value["size"] = size
+        self.outputs.append(letter)
+
+    def bad_route_record(self, delivery: wire.Delivery, reason: str, *,
+                         trigger: str | None = None) -> None:
+        """A repartition-topic record this worker cannot apply: journal it, keep a copy.
+
+        Journal `bad-input` (trigger null, or the trigger a control message names) with
+        the reason, which names the record's coordinates; the record goes to the
+        dead-letter topic as it was; the worker goes on (its offset is committed).
+        """
+        topic = self.rt.names.logical(delivery.topic)
+        log.warning("onceflow: %s", limits.clip(reason))
+        key = self._key_text(delivery.key)
+        record = Record(topic, delivery.partition, delivery.offset, delivery.ts,
+                        decode_value(delivery.value), key,
+                        self._headers(delivery))
+        identity = None if trigger is not None else self.where(delivery)
+        self.journal.append(JournalRecord(trigger, J.BAD_INPUT, identity, None, delivery.ts,
+                                          topic, delivery.partition, delivery.offset, reason))
+        letter = self._letter(record, reason)
+        if limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes):
+            letter.value["size"] = len(delivery.value or b"")
+        self.outputs.append(letter)
+
+    def _unknown_triggers(self, names: list[str], doc: Document) -> None:
+        """A document routed here for triggers this worker does not have: keep it.
+
+        During a rolling change of the trigger file a worker with the new file can route a
+        document to one still running the old file (or the other way round).  Each such
+        trigger gets an `error` journal record, and the document goes to the dead-letter
+        topic; `onceflow resubmit TRIGGER --outcome error` runs it once every worker has
+        the trigger.
+        """
+        listed = ", ".join(repr(name) for name in names)
+        subject = f"trigger {listed} is" if len(names) == 1 else f"triggers {listed} are"
+        reason = (f"{subject} not defined on this worker: a worker with another trigger "
+                  f"file routed this document here; the document went to "
+                  f"{DEAD_LETTER_TOPIC}; once every worker runs the same trigger file, "
+                  f"resubmit it (onceflow resubmit TRIGGER --outcome error)")
+        for name in names:
+            self.journal.append(JournalRecord(name, J.ERROR, doc.identity, doc.activation,
+                                              doc.ts, doc.topic, doc.partition, doc.offset,
+                                              reason, None, doc.position))
+        letter = document_letter(doc, reason, triggers=names)
+        limits.fit(letter, "dead-letter", [doc], self.rt.options.max_record_bytes)
+        self.outputs.append(letter)
+
+    def _check_join(self, processor: TriggerProcessor, doc: Document, sink: Sink) -> None:
+        """An open join that would be too large for its changelog record does not take doc."""
+        activation = doc.activation
+        assert activation is not None and processor.joins is not None
+        name = processor.trigger.name
+        state = self.joins[name].get(activation)
+        limit = self.rt.options.max_record_bytes
+        size = limits.record_size((key_prefix(name) + activation).encode(), orjson.dumps(state))
+        if size <= limit:
+            return
+        members = {t: m for t, m in state["members"].items() if t != doc.type}
+        kept = {k: v for k, v in state.items() if k not in ("deadline", "members")}
+        processor.joins.restore(activation, {**state, "members": members} if members
+                                else kept or None)  # expired members stay remembered
+        sink.journal.pop()
+        self._too_large(processor, doc, limits.too_large(
+            f"the open join of activation {limits.clip(activation)!r} with this document",
+            size, limit), sink)
+
+
+def _text(data: str | bytes | None) -> str | None:
+    """The data as UTF-8 text, or None when it is not (never raises)."""
+    try:
+        if isinstance(data, str):
+            data.encode("utf-8")  # a name read with surrogateescape is not text
+            return data
+        return bytes(data).decode("utf-8") if data is not None else None
+    except (UnicodeError, TypeError, ValueError):
+        return None
+
+
+def _base64(data: str | bytes | None) -> str:
+    try:
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogateescape")
+        return base64.b64encode(bytes(data or b"")).decode("ascii")
+    except (UnicodeError, TypeError, ValueError):
+        return ""
+
+
+def raw_letter(delivery: wire.Delivery, topic: str, reason: str, limit: int) -> Output:
+    """The dead-letter copy of a record the worker failed on, from its bytes alone.
+
+    {"reason", "topic", "partition", "offset", "ts", "raw" (the value as UTF-8 text) or
+    "raw_base64", "headers": {name: text or null}, "headers_base64": [{"name", "value"}]
+    for the ones that are not UTF-8, "key_base64" when the key is not UTF-8}, the key as
+    the record's key when it is text.  Nothing here can fail on what the record holds.
+
+    The one dead letter built outside the core (onceflow.outputs): the core's copies read
+    the decoded record, and this last resort must read nothing that can fail, so it
+    keeps the bytes as they came instead.
+    """
+    body: dict[str, Any] = {"reason": reason, "topic": topic, "partition": delivery.partition,
+                            "offset": delivery.offset,
+                            "ts": seconds(delivery.ts) if type(delivery.ts) is int else None}
+    value = delivery.value
+    if value is not None:
+        text = _text(value)
+        if text is not None:
+            body["raw"] = text
+        else:
+            body["raw_base64"] = _base64(value)
+    headers: dict[str, str | None] = {}
+    binary: list[dict[str, str | None]] = []
+    for header in delivery.headers or ():
+        try:
+            name, data = header
+        except (TypeError, ValueError):
+            continue
+        name_text = _text(name)
+        data_text = _text(data)
+        if name_text is not None and (data is None or data_text is not None):
+            headers[name_text] = data_text
+        else:
+            binary.append({"name": _base64(name),
+                           "value": None if data is None else _base64(data)})
+    body["headers"] = headers
+    if binary:
+        body["headers_base64"] = binary
+    key = _text(delivery.key) if delivery.key else None
+    if delivery.key and key is None:
+        body["key_base64"] = _base64(delivery.key)
+    letter = Output(DEAD_LETTER_TOPIC, key, body, {"reason": limits.clip(reason)})
+    size = len(value or b"")
+    if limits.fit(letter, "dead-letter", [], limit):
+        letter.value["size"] = size
+    return letter
+
+
+def claims(value: bytes | None) -> str:
+    """What an unverified route record says it is (" (a suspend message for 'x')"), if any."""
+    try:
+        message = orjson.loads(value) if value else None
+    except orjson.JSONDecodeError:
+        return ""
+    if not isinstance(message, dict) or not isinstance(message.get("k"), str):
+        return ""
+    kind = limits.clip(message["k"], 80)
+    names = message.get("t") if kind == wire.DOC else [message.get("trigger")]
+    if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+        return f" (a {kind!r} message for {limits.clip(', '.join(map(repr, names)), 200)})"
+    return f" (a {kind!r} message)"
