@@ -32,9 +32,10 @@ from . import store as _store  # noqa: F401  (registers the onceflow-rocksdb:// 
 from . import wire
 from .context import TABLES, StateTable, WorkerOptions
 from .health import LOOP_BEAT, Health, records_waiting
+from .highwaters import bootstrap_of, client_auth
 from .runtime import Runtime
 from .topics import KafkaTopicMaker
-from .transport import Transport, bootstrap_of, client_auth
+from .transport import Transport
 
 log = logging.getLogger("onceflow.worker")
 # The offsets of every batch, at INFO (ONCEFLOW_DEBUG_BATCHES=true); quiet otherwise.

@@ -16,7 +16,7 @@ from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import tuples
 from mode.utils import futures
-from onceflow.agents import transport
+from onceflow.agents import highwaters, transport
 from onceflow.agents.faust_app import OnceflowApp
 from onceflow.agents.metrics import Metrics
 from onceflow.agents.wire import Names
@@ -85,7 +85,7 @@ def test_the_state_transport_reads_on_a_consumer_is_there() -> None:
     assert callable(consumer.scheduler.iterate)
     assert hasattr(app, "consumer_generation_id") and hasattr(app, "rebalancing")
     thread = consumer._thread
-    assert isinstance(thread, transport.FetchHighwaterThread)
+    assert isinstance(thread, highwaters.FetchHighwaterThread)
     for name in ("seek", "seek_to_committed", "consumer"):
         assert hasattr(thread, name), f"Faust's consumer thread has no {name} any more"
     recovery = app.tables.recovery
