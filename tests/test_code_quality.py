@@ -196,3 +196,11 @@ def test_routing_and_history_keys_are_built_only_in_their_core_homes(pattern: st
     found = {str(path.relative_to(ROOT)) for path in source_files()
              if re.search(pattern, path.read_text(encoding="utf-8"))}
     assert found <= KEY_RULES[pattern], found - KEY_RULES[pattern]
+
+
+def test_no_module_is_longer_than_500_lines() -> None:
+    """A module past that is split by responsibility (CONVENTIONS: modules under ~400)."""
+    long = {f"{path.relative_to(ROOT)}": n for folder in PACKAGES
+            for path in (ROOT / folder).glob("*.py")
+            if (n := len(path.read_text().splitlines())) > 500}
+    assert not long, long
