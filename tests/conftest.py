@@ -137,7 +137,7 @@ LONGEST_FIRST = (
 # container modules keep the cores busy, so that the end of a run is the short modules,
 # which keep both cores busy to the last, not a few slow ones that wait.
 LONGER_NEXT = (
-    "tests/test_properties.py",
+    "tests/core/test_properties.py",
     "tests/integration/test_bridge.py",
     "tests/integration/test_hostile_records.py",
     "tests/integration/test_trigger_fingerprint.py",

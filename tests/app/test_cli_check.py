@@ -9,7 +9,7 @@ from cli_runner import onceflow, one_line_error
 from onceflow.errors import ConfigError
 from onceflow.triggers import load_triggers
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _file(tmp_path: Path, text: str) -> Path:

@@ -14,7 +14,7 @@ import pytest
 from cli_runner import onceflow, one_line_error
 from onceflow.app.broker import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEAD_BROKER = {"ONCEFLOW_BROKER_URL": "kafka://127.0.0.1:9"}  # port 9: nothing listens
 DEAD_WORKER = "http://127.0.0.1:9"
 

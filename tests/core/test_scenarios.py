@@ -20,9 +20,9 @@ from onceflow.errors import ConfigError, ScenarioError
 from onceflow.journal import CONTRACT_FIELDS, contract_key, contract_multiset
 from onceflow.scenario import load_scenario
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # tests/
 OWN = HERE / "scenarios"
-SHARED = Path(__file__).parents[2] / "shared" / "examples"
+SHARED = Path(__file__).parents[3] / "shared" / "examples"
 ONCEFLOW = Path(sys.executable).parent / "onceflow"
 
 

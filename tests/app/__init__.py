@@ -1,0 +1,1 @@
+"""Tests of onceflow.app (the folder mirrors the package)."""

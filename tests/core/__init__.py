@@ -1,0 +1,1 @@
+"""Tests of the core, `onceflow` (the folder mirrors the package)."""

@@ -1,0 +1,1 @@
+"""Tests of onceflow.pipeline (the folder mirrors the package)."""
