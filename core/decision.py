@@ -58,7 +58,7 @@ def decide(
     if count == 1:
         return _NEW
     if resolver is not None:
-        return _resolve(trigger, document, resolver, f"delivery count {count}")
+        return resolve(trigger, document, resolver, f"delivery count {count}")
     if count > 1:
         return Decision(Status.IN_DOUBT,
                         f"delivery count {count} and neither history nor resolver")
@@ -77,7 +77,7 @@ def _check_history(
     if len(identity) > MAX_IDENTITY_LENGTH:
         why = f"identity is longer than {MAX_IDENTITY_LENGTH} characters"
         if resolver is not None:
-            return _resolve(trigger, document, resolver, why)
+            return resolve(trigger, document, resolver, why)
         return Decision(Status.IN_DOUBT, why + ": history cannot check it")
     entry = history.lookup(history_key, document.ts)
     if entry is None and fallback_key is not None:
@@ -92,7 +92,7 @@ def _check_history(
                         f"already processed (started at {iso_time(entry.started)})")
     why = f"history has a processing entry only (started at {iso_time(entry.started)})"
     if resolver is not None:
-        return _resolve(trigger, document, resolver, why, entry.describe())
+        return resolve(trigger, document, resolver, why, entry.describe())
     return Decision(Status.IN_DOUBT, why)
 
 
@@ -110,18 +110,6 @@ def resolve(
     A join's interrupted run asks once with the join document (`payload`) and the run's
     `identity`.
     """
-    return _resolve(trigger, document, resolver, why, entry, payload, identity)
-
-
-def _resolve(
-    trigger: TriggerDef,
-    document: Document,
-    resolver: Callee,
-    why: str,
-    entry: dict[str, object] | None = None,
-    payload: Any = None,
-    identity: str | None = None,
-) -> Decision:
     context = CallContext(
         trigger=trigger.name,
         identity=document.identity if identity is None else identity,
@@ -155,5 +143,5 @@ def decide_unavailable(
     if trigger.on_retry_failure == ON_FAILURE_SUSPEND:
         return Decision(Status.SUSPEND, why)
     if resolver is not None:
-        return _resolve(trigger, document, resolver, why)
+        return resolve(trigger, document, resolver, why)
     return Decision(Status.IN_DOUBT, why)

@@ -27,6 +27,13 @@ def orders_and_pairs(join_timeout: str | None = "10m") -> str:
 
 
 ORDERS_AND_PAIRS = orders_and_pairs()
+# The smallest trigger file: one simple trigger on "order" documents.
+ORDERS_ONLY = """
+[[trigger]]
+name = "orders"
+types = ["order"]
+service = "scripted"
+"""
 
 
 def trigger_file(folder: Path, text: str = ORDERS_AND_PAIRS) -> Path:

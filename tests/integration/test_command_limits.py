@@ -18,16 +18,11 @@ from onceflow.agents import wire
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer
 
-from .support import records
+from .support import ORDERS_ONLY, records
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-service = "scripted"
-"""
+TRIGGERS = ORDERS_ONLY
 LIMIT = 16_384
 
 

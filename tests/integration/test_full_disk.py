@@ -27,16 +27,11 @@ from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.kafka import Producer
 from onceflow.journal import DUPLICATE, TERMINAL
 
-from .support import journal, wait_journal
+from .support import ORDERS_ONLY, journal, wait_journal
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-service = "scripted"
-"""
+TRIGGERS = ORDERS_ONLY
 DOCUMENTS = 300
 
 

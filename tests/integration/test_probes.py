@@ -20,16 +20,11 @@ from onceflow.agents.wire import Names, route_partition
 from onceflow.app.broker import EmbeddedBroker
 from onceflow.app.process import WorkerProcess
 
-from .support import outcomes, publish, wait_journal
+from .support import ORDERS_ONLY, outcomes, publish, wait_journal
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-service = "scripted"
-"""
+TRIGGERS = ORDERS_ONLY
 PARTITIONS = 4
 
 

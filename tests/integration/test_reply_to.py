@@ -16,16 +16,19 @@ import pytest
 from onceflow.agents.wire import Names
 from onceflow.app.broker import EmbeddedBroker
 
-from .support import Outgoing, outcomes, partition_count, publish, records, wait_journal
+from .support import (
+    ORDERS_ONLY,
+    Outgoing,
+    outcomes,
+    partition_count,
+    publish,
+    records,
+    wait_journal,
+)
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-service = "scripted"
-"""
+TRIGGERS = ORDERS_ONLY
 
 
 def failing(uuid: str, reply_to: str | None = None, *, in_envelope: bool = False

@@ -21,16 +21,11 @@ from onceflow.app.broker import free_port
 from onceflow.app.process import WorkerProcess
 
 from .secure import Certificates, SecureBroker, make_certificates
-from .support import journal
+from .support import ORDERS_ONLY, journal
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-service = "scripted"
-"""
+TRIGGERS = ORDERS_ONLY
 USERS = {"SCRAM-SHA-256": {"alice": "alice-pw"}, "SCRAM-SHA-512": {"bob": "bob-pw, with ="},
          "PLAIN": {"dave": "dave-pw"}}
 

@@ -18,16 +18,11 @@ from onceflow.agents.wire import Names
 from onceflow.app.broker import EmbeddedBroker, free_port
 from onceflow.app.topics import cleanup_policies
 
-from .support import publish, wait_journal
+from .support import ORDERS_ONLY, publish, wait_journal
 
 pytestmark = pytest.mark.integration
 
-TRIGGERS = """
-[[trigger]]
-name = "orders"
-types = ["order"]
-service = "scripted"
-"""
+TRIGGERS = ORDERS_ONLY
 
 
 def admin_call(bootstrap: str, call: Any) -> Any:
