@@ -78,6 +78,7 @@ _DOC_FIELDS: dict[str, tuple[tuple[type, ...], bool, bool]] = {
     "position": ((int,), False, False),
     "redelivers": ((int,), True, False),
     "resubmitted": ((bool,), False, False),
+    "resubmitted_by": ((str,), False, False),
 }
 
 

@@ -393,6 +393,7 @@ async def resubmit_documents(triggers: TriggerSet, trigger: TriggerDef,
             continue
         doc.delivery_count = max(2, doc.delivery_count + 1)
         doc.resubmitted = True  # New for the trigger, whatever its count or history
+        doc.resubmitted_by = by
         key = routing_key(trigger, doc)
         entry = state_keys(trigger, doc.identity, doc.activation)[0]
         forget = wire.control_message(wire.FORGET, trigger=trigger.name, key=entry,

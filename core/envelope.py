@@ -147,6 +147,7 @@ class Document:
     # Sent again by an operator (`onceflow resubmit`): New for its trigger whatever its
     # count, history or resolver (spec section 1).
     resubmitted: bool
+    resubmitted_by: str | None  # the name of the admin token that resubmitted it
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return by_fields(self)
@@ -156,7 +157,7 @@ class Document:
                  offset: int, message_id: str | None, delivery_count: int,
                  key: str | None = None, headers: dict[str, str] | None = None,
                  position: int = 0, redelivers: int | None = None,
-                 resubmitted: bool = False) -> None:
+                 resubmitted: bool = False, resubmitted_by: str | None = None) -> None:
         self.type = type
         self.identity = identity
         self.activation = activation
@@ -172,6 +173,7 @@ class Document:
         self.position = position
         self.redelivers = redelivers
         self.resubmitted = resubmitted
+        self.resubmitted_by = resubmitted_by
 
     @property
     def delivered_offset(self) -> int:
@@ -221,6 +223,8 @@ class Document:
             data["redelivers"] = self.redelivers
         if self.resubmitted:
             data["resubmitted"] = True
+            if self.resubmitted_by is not None:
+                data["resubmitted_by"] = self.resubmitted_by
         return data
 
     @classmethod
@@ -248,6 +252,7 @@ class Document:
             position=data.get("position", 0),
             redelivers=data.get("redelivers"),
             resubmitted=data.get("resubmitted") is True,
+            resubmitted_by=data.get("resubmitted_by"),
         )
 
 

@@ -369,7 +369,8 @@ class TriggerProcessor:
                 ignored = header_ignored(member.headers) if member.headers else None
                 if ignored is not None:
                     said = f"{note.strip()}; {ignored}" if note else ignored
-                journal.append(self._record(member, J.PROCESSED, said, result.attempts))
+                journal.append(self._record(member, J.PROCESSED, resubmission(member, said),
+                                            result.attempts))
             if result.value is not None and sink.outputs is not None:
                 sink.outputs.append(Output(
                     self.trigger.output, self._output_key(run), result.value,
@@ -378,7 +379,8 @@ class TriggerProcessor:
             return
         reason = f"{result.error_type}: {result.error_message}{note}"
         for member in run.members:
-            journal.append(self._record(member, J.ERROR, reason, result.attempts))
+            journal.append(self._record(member, J.ERROR, resubmission(member, reason),
+                                        result.attempts))
         if sink.outputs is None:
             return
         error = self._error_output(run.members, run.identity, run.activation,
@@ -462,3 +464,12 @@ class TriggerProcessor:
 
     def _output_key(self, run: Run) -> str | None:
         return run.activation if run.activation is not None else run.newest.key
+
+
+def resubmission(doc: Document, reason: str | None) -> str | None:
+    """A terminal record's reason, naming who resubmitted the document, if anyone did."""
+    if not doc.resubmitted:
+        return reason
+    who = f"resubmitted by {doc.resubmitted_by}" if doc.resubmitted_by else \
+        "resubmitted by an operator"
+    return who if reason is None else f"{reason}; {who}"

@@ -340,3 +340,20 @@ def test_a_dropped_engine_is_freed_without_the_cycle_collector() -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_a_resubmitted_documents_terminal_record_names_who_resubmitted_it() -> None:
+    from onceflow.envelope import Document
+    from onceflow.processor import resubmission
+
+    doc = Document("a", "u-1", None, {"uuid": "u-1"}, 0, "a", 0, 0, None, 2,
+                   resubmitted=True, resubmitted_by="ops-team")
+    assert resubmission(doc, None) == "resubmitted by ops-team"
+    assert resubmission(doc, "Boom: no") == "Boom: no; resubmitted by ops-team"
+    doc.resubmitted_by = None
+    assert resubmission(doc, None) == "resubmitted by an operator"
+    doc.resubmitted = False
+    assert resubmission(doc, "why") == "why"
+    assert Document.from_json(Document("a", "u", None, {}, 0, "a", 0, 0, None, 1,
+                                       resubmitted=True, resubmitted_by="x").to_json()
+                              ).resubmitted_by == "x"

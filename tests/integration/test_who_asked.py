@@ -80,8 +80,13 @@ def test_suspend_resume_and_resubmit_name_the_token_that_asked(
                     "--identity", "o-2", env={**env, "ONCEFLOW_ADMIN_TOKEN": TOKEN,
                                               "ONCEFLOW_ADMIN_TOKEN_NAME": "ops-team"})
     assert done.returncode == 0, done.stderr
-    wait_journal(broker.bootstrap, names, lambda ls: outcomes(ls, "o-2") == ["error"] * 3,
-                 worker)
+    lines = wait_journal(broker.bootstrap, names,
+                         lambda ls: outcomes(ls, "o-2") == ["error"] * 3, worker)
+    # Each run of a resubmitted document names who resubmitted it in its terminal record.
+    reasons = [x["reason"] for x in lines if x["identity"] == "o-2"]
+    assert "resubmitted" not in reasons[0], reasons
+    assert reasons[1].endswith("; resubmitted by second"), reasons
+    assert reasons[2].endswith("; resubmitted by ops-team"), reasons
 
     controls = [orjson.loads(r.value) for r in records(broker.bootstrap, names.route)
                 if not r.value.startswith(b'{"k":"doc"') and not r.value.startswith(
