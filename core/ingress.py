@@ -21,7 +21,7 @@ from .envelope import (
 from .journal import JournalRecord
 from .store import Store
 from .triggers import TriggerDef, TriggerSet
-from .values import MAX_DEPTH, header_problem, nested_deeper_than
+from .values import KEY_LENGTH, MAX_DEPTH, header_problem, nested_deeper_than
 
 # The longest dup-id, activation and (of a record with a dup-id) message id ingress
 # takes, in characters, in every runner.  They become state keys and values (the
@@ -29,7 +29,7 @@ from .values import MAX_DEPTH, header_problem, nested_deeper_than
 # bounded so, every such state record fits the worker's smallest record limit whatever
 # the characters.  The identity needs no bound of its own: one longer than
 # MAX_IDENTITY_LENGTH is never a history key.
-MAX_KEY_LENGTH: Final = 1000
+MAX_KEY_LENGTH: Final = KEY_LENGTH
 
 
 def activation_too_long(activation: str | None) -> str | None:
