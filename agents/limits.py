@@ -11,8 +11,9 @@ that is not UTF-8 has three bytes for each bad one), so the worker measures what
   where they are, how large the copy would have been and why it was left out;
 - journal records clip their longest fields (an identity of a megabyte, a reason quoting
   one);
-- documents that cannot be routed, held or joined within the limit are bad input for their
-  trigger (see agents/partition_worker.py);
+- documents that cannot be routed or held within the limit are bad input for their
+  trigger (see agents/partition_worker.py), and so are those an open join cannot keep (the
+  core refuses them, asking join_state_fits: onceflow.joins.JoinBook);
 - what ingress itself stores under a record's own strings (the duplicate-ID cache: the
   `dup-id` and the message id; history keys and joins: the activation) is bounded by the
   core, in every runner: a record whose `dup-id`, activation, or (with a `dup-id`) message

@@ -205,11 +205,12 @@ class PartitionWorker(RejectMixin, ControlMixin):
             self._oversized(record, value, len(value))
             return
         record.value = decode_value(value)
-        document, targets, rejected = self.ingress.admit_into(record, delivery.offset,
-                                                              self.journal)
+        document, targets, letter = self.ingress.admit_into(
+            record, delivery.offset, self.journal, raw_key=self._raw_key,
+            null_headers=self._null_headers)
         if document is None:
-            if rejected is not None:
-                self._keep_letter(self._letter(record, rejected), len(value or b""))
+            if letter is not None:
+                self._keep_letter(letter, len(value or b""))
             return
         remote: dict[int, list[str]] | None = None
         partitions = rt.options.partitions

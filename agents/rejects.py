@@ -23,7 +23,6 @@ from onceflow.journal import JournalRecord
 from onceflow.outputs import (
     DEAD_LETTER_TOPIC,
     Output,
-    dead_letter,
     document_letter,
     refusal,
     rejection,
@@ -104,7 +103,7 @@ class RejectMixin:
 
         The key only partitions what a document produces, so one that is not UTF-8 is
         read with U+FFFD (an Avro or integer key is not bad input); a dead-letter copy of
-        the record holds its bytes in "key_base64" (see _letter).
+        the record holds its bytes in "key_base64" (see _rejected).
         """
         self._raw_key = None
         if not key:
@@ -118,21 +117,12 @@ class RejectMixin:
     def _headers(self, delivery: wire.Delivery) -> dict[str, str]:
         """The record's headers as the core reads them: a null value is no header.
 
-        The names of null ones are kept aside for a dead-letter copy (see _letter).
+        The names of null ones are kept aside for a dead-letter copy (see _rejected).
         """
         headers = delivery.headers
         self._null_headers = [name for name, value in headers if value is None] \
             if headers else []
         return wire.header_dict(headers) if headers else {}
-
-    def _letter(self, record: Record, reason: str) -> Output:
-        """The dead-letter copy of the record at hand.
-
-        Its key's bytes in "key_base64" when the key is not UTF-8; its headers whose
-        value is null, as null.
-        """
-        return dead_letter(record, reason, raw_key=self._raw_key,
-                           null_headers=self._null_headers)
 
     def _keep_letter(self, letter: Output, size: int) -> None:
         """Send a dead letter of the record at hand (by reference if it must: its size)."""
