@@ -11,8 +11,9 @@ that is not UTF-8 has three bytes for each bad one), so the worker measures what
   where they are, how large the copy would have been and why it was left out;
 - journal records clip their longest fields (an identity of a megabyte, a reason quoting
   one);
-- documents that cannot be routed, held or joined within the limit are bad input for their
-  trigger (see agents/partition_worker.py);
+- documents that cannot be routed or held within the limit are bad input for their
+  trigger (see agents/partition_worker.py), and so are those an open join cannot keep (the
+  core refuses them, asking join_state_fits: onceflow.joins.JoinBook);
 - what ingress itself stores under a record's own strings (the duplicate-ID cache: the
   `dup-id` and the message id; history keys and joins: the activation) is bounded by the
   core, in every runner: a record whose `dup-id`, activation, or (with a `dup-id`) message
@@ -25,14 +26,16 @@ worker's producer never puts a record that does not fit beside others.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
 from onceflow.envelope import Document
 from onceflow.ingress import MAX_KEY_LENGTH, activation_too_long
 from onceflow.journal import JournalRecord
-from onceflow.outputs import Output
+from onceflow.outputs import Output, reference
 from onceflow.tables.outbox import HEADER_OVERHEAD, RECORD_OVERHEAD, record_size
+from onceflow.values import clip
 
 __all__ = ["MAX_KEY_LENGTH", "SETTING", "activation_too_long", "clip", "fit", "fit_journal",
            "record_size", "reference", "too_large"]
@@ -59,22 +62,26 @@ def output_size(output: Output, value: bytes, limit: int | None = None) -> int:
     return record_size(key, value, [(k, v.encode()) for k, v in headers.items()])
 
 
-def clip(text: str, keep: int = CLIP) -> str:
-    """The text, or its first `keep` characters and how long it was."""
-    if len(text) <= keep:
-        return text
-    return f"{text[:keep]}... ({len(text)} characters)"
-
-
-def reference(doc: Document) -> dict[str, Any]:
-    """Where a document's record is, in place of its content."""
-    return {"topic": doc.topic, "partition": doc.partition, "offset": doc.offset,
-            "identity": clip(doc.identity), "type": clip(doc.type)}
-
-
 def too_large(what: str, size: int, limit: int) -> str:
     """The reason a record goes out by reference."""
-    return f"{what} is {size} bytes, more than {SETTING} ({limit})"
+    return f"{what} {over_limit(size, limit)}"
+
+
+def over_limit(size: int, limit: int) -> str:
+    """How a record is too large: "is N bytes, more than ONCEFLOW_MAX_RECORD_BYTES (L)"."""
+    return f"is {size} bytes, more than {SETTING} ({limit})"
+
+
+def join_state_fits(prefix: str, limit: int) -> Callable[[str, Any], str | None]:
+    """The record limit of one trigger's join table, as the core asks it (JoinBook).
+
+    For an activation and the value its join would store: None when the changelog record
+    fits, else how it is too large.
+    """
+    def fits(activation: str, state: Any) -> str | None:
+        size = record_size((prefix + activation).encode(), orjson.dumps(state))
+        return None if size <= limit else over_limit(size, limit)
+    return fits
 
 
 def _small_headers(headers: dict[str, str]) -> dict[str, str]:

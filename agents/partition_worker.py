@@ -30,7 +30,6 @@ import asyncio
 import logging
 from typing import Any
 
-from onceflow import journal as J
 from onceflow.envelope import (
     H_REDELIVERY,
     Document,
@@ -45,7 +44,6 @@ from onceflow.keys import key_prefix
 from onceflow.partition import Partition, routing_key
 from onceflow.processor import (
     HELD,
-    WAITING_AGAIN,
     Run,
     Sink,
     TriggerProcessor,
@@ -59,7 +57,6 @@ from onceflow.tables.state import (
     UndoLog,
     flush_state,
 )
-from onceflow.triggers import ALL
 from onceflow.values import decode_value
 
 from . import clock, limits, wire
@@ -99,8 +96,11 @@ class PartitionWorker(RejectMixin, ControlMixin):
                       for t in runtime.triggers.triggers}
         self.control = PartitionStore(control_buffer, "")
         self.applied = PartitionStore(control_buffer, key_prefix(_APPLIED))
-        self.processors = build_processors(runtime.triggers, runtime.callees,
-                                           self.history.__getitem__, self.joins.__getitem__)
+        limit = runtime.options.max_record_bytes
+        self.processors = build_processors(
+            runtime.triggers, runtime.callees, self.history.__getitem__,
+            self.joins.__getitem__,
+            join_fits=lambda name: limits.join_state_fits(key_prefix(name), limit))
         now: int | None = self.control.get(_TIME)
         if type(now) is float:  # stored in seconds, before partition time was in ms
             now = record_time(now)
@@ -205,14 +205,12 @@ class PartitionWorker(RejectMixin, ControlMixin):
             self._oversized(record, value, len(value))
             return
         record.value = decode_value(value)
-        document, targets, rejected = self.ingress.admit_into(record, delivery.offset,
-                                                              self.journal)
+        document, targets, letter = self.ingress.admit_into(
+            record, delivery.offset, self.journal, raw_key=self._raw_key,
+            null_headers=self._null_headers)
         if document is None:
-            if rejected is not None:
-                letter = self._letter(record, rejected)
-                if limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
-                    letter.value["size"] = len(value or b"")
-                self.outputs.append(letter)
+            if letter is not None:
+                self._keep_letter(letter, len(value or b""))
             return
         remote: dict[int, list[str]] | None = None
         partitions = rt.options.partitions
@@ -323,10 +321,6 @@ class PartitionWorker(RejectMixin, ControlMixin):
         finally:
             if undo is not None:
                 self._set_undo(processor, None)
-        if result is None and processor.trigger.kind == ALL and sink.journal and \
-                sink.journal[-1].outcome == J.JOIN_PENDING and \
-                sink.journal[-1].reason != WAITING_AGAIN:
-            self._check_join(processor, doc, sink)
         take = Take(processor, doc, sink, result if isinstance(result, Run) else None, undo)
         batch.add(take)
         if result is HELD:

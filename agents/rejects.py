@@ -20,8 +20,13 @@ from aiokafka.errors import KafkaError
 from onceflow import journal as J
 from onceflow.envelope import Document, Record, coordinates, envelope_fields, seconds
 from onceflow.journal import JournalRecord
-from onceflow.keys import key_prefix
-from onceflow.outputs import DEAD_LETTER_TOPIC, Output, dead_letter, document_letter, error_output
+from onceflow.outputs import (
+    DEAD_LETTER_TOPIC,
+    Output,
+    document_letter,
+    refusal,
+    rejection,
+)
 from onceflow.processor import Sink, TriggerProcessor
 from onceflow.tables.raw_partition import StorageError
 from onceflow.tables.state import StateCorrupt
@@ -98,7 +103,7 @@ class RejectMixin:
 
         The key only partitions what a document produces, so one that is not UTF-8 is
         read with U+FFFD (an Avro or integer key is not bad input); a dead-letter copy of
-        the record holds its bytes in "key_base64" (see _letter).
+        the record holds its bytes in "key_base64" (see _rejected).
         """
         self._raw_key = None
         if not key:
@@ -112,21 +117,36 @@ class RejectMixin:
     def _headers(self, delivery: wire.Delivery) -> dict[str, str]:
         """The record's headers as the core reads them: a null value is no header.
 
-        The names of null ones are kept aside for a dead-letter copy (see _letter).
+        The names of null ones are kept aside for a dead-letter copy (see _rejected).
         """
         headers = delivery.headers
         self._null_headers = [name for name, value in headers if value is None] \
             if headers else []
         return wire.header_dict(headers) if headers else {}
 
-    def _letter(self, record: Record, reason: str) -> Output:
-        """The dead-letter copy of the record at hand.
+    def _keep_letter(self, letter: Output, size: int) -> None:
+        """Send a dead letter of the record at hand (by reference if it must: its size)."""
+        if limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes):
+            letter.value["size"] = size
+        self.outputs.append(letter)
 
-        Its key's bytes in "key_base64" when the key is not UTF-8; its headers whose
-        value is null, as null.
+    def _rejected(self, record: Record, reason: str, identity: str | None,
+                  activation: str | None, size: int, *, trigger: str | None = None,
+                  by_reference: bool = False) -> None:
+        """The record at hand is not decided: journal `bad-input`, keep a dead letter.
+
+        `by_reference`: the value is not copied (the record stays on its topic).
         """
-        return dead_letter(record, reason, raw_key=self._raw_key,
-                           null_headers=self._null_headers)
+        entry, letter = rejection(record, reason, identity, activation, trigger,
+                                  raw_key=self._raw_key, null_headers=self._null_headers)
+        self.journal.append(entry)
+        if not by_reference:
+            self._keep_letter(letter, size)
+            return
+        letter.value.pop("value", None)
+        letter.value["size"] = size
+        limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes)  # its headers
+        self.outputs.append(letter)
 
     def _failed_input(self, delivery: wire.Delivery, reason: str) -> None:
         """The last resort for a record (input or route): journal it, keep its bytes.
@@ -138,8 +158,8 @@ class RejectMixin:
         rt = self.rt
         topic = rt.names.logical(delivery.topic)
         where = coordinates(topic, delivery.partition, delivery.offset)
-        self.journal.append(JournalRecord(None, J.BAD_INPUT, where, None, delivery.ts, topic,
-                                          delivery.partition, delivery.offset, reason))
+        self.journal.append(J.bad_input(None, where, None, delivery.ts, topic,
+                                        delivery.partition, delivery.offset, reason))
         self.outputs.append(raw_letter(delivery, topic, reason, rt.options.max_record_bytes))
 
     def _too_large(self, processor: TriggerProcessor, doc: Document, why: str,
@@ -149,16 +169,10 @@ class RejectMixin:
         Journal `bad-input`; the trigger's error topic gets an error document (BadInput)
         that refers to the input record, which stays on its topic.
         """
-        trigger = processor.trigger
         if sink is None:
             sink = Sink(self.journal, self.outputs)
-        reason = (f"{why}: trigger {trigger.name!r} does not take it; the record stays on "
-                  f"its topic")
-        sink.journal.append(JournalRecord(trigger.name, J.BAD_INPUT, doc.identity,
-                                          doc.activation, doc.ts, doc.topic, doc.partition,
-                                          doc.offset, reason, None, doc.position))
-        error = error_output(trigger, [limits.reference(doc)], doc.key or doc.activation,
-                             doc.identity, doc.activation, "BadInput", reason, 0)
+        record, error = refusal(processor.trigger, doc, why)
+        sink.journal.append(record)
         limits.fit(error, "error", [doc], self.rt.options.max_record_bytes)
         sink.output(error)
 
@@ -170,14 +184,8 @@ class RejectMixin:
             uuid, activation = envelope_fields(orjson.loads(value))
         except orjson.JSONDecodeError:
             uuid, activation = None, None
-        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
-                                          activation, record.ts, record.topic,
-                                          record.partition, record.offset, reason))
-        letter = self._letter(record, reason)
-        letter.value.pop("value", None)  # by reference only: the record is on its topic
-        letter.value["size"] = size
-        limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes)  # its headers
-        self.outputs.append(letter)
+        self._rejected(record, reason, uuid or record.message_id, activation, size,
+                       by_reference=True)
 
     def _ahead_of_clock(self, delivery: wire.Delivery, why: str) -> None:
         """Bad input at ingress, before any state is written: a record time too far ahead."""
@@ -191,17 +199,8 @@ class RejectMixin:
             record.value = decode_value(value)
         uuid, activation = envelope_fields(record.value)
         reason = f"the record: {why}; the record stays on its topic"
-        self.journal.append(JournalRecord(None, J.BAD_INPUT, uuid or record.message_id,
-                                          activation, record.ts, record.topic,
-                                          record.partition, record.offset, reason))
-        letter = self._letter(record, reason)
-        if size > rt.options.max_document_bytes:
-            letter.value.pop("value", None)  # by reference only, as for an oversized value
-            letter.value["size"] = size
-            limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes)
-        elif limits.fit(letter, "dead-letter", [], rt.options.max_record_bytes):
-            letter.value["size"] = size
-        self.outputs.append(letter)
+        self._rejected(record, reason, uuid or record.message_id, activation, size,
+                       by_reference=size > rt.options.max_document_bytes)
 
     def bad_route_record(self, delivery: wire.Delivery, reason: str, *,
                          trigger: str | None = None) -> None:
@@ -218,12 +217,8 @@ class RejectMixin:
                         decode_value(delivery.value), key,
                         self._headers(delivery))
         identity = None if trigger is not None else self.where(delivery)
-        self.journal.append(JournalRecord(trigger, J.BAD_INPUT, identity, None, delivery.ts,
-                                          topic, delivery.partition, delivery.offset, reason))
-        letter = self._letter(record, reason)
-        if limits.fit(letter, "dead-letter", [], self.rt.options.max_record_bytes):
-            letter.value["size"] = len(delivery.value or b"")
-        self.outputs.append(letter)
+        self._rejected(record, reason, identity, None, len(delivery.value or b""),
+                       trigger=trigger)
 
     def _unknown_triggers(self, names: list[str], doc: Document) -> None:
         """A document routed here for triggers this worker does not have: keep it.
@@ -247,25 +242,6 @@ class RejectMixin:
         letter = document_letter(doc, reason, triggers=names)
         limits.fit(letter, "dead-letter", [doc], self.rt.options.max_record_bytes)
         self.outputs.append(letter)
-
-    def _check_join(self, processor: TriggerProcessor, doc: Document, sink: Sink) -> None:
-        """An open join that would be too large for its changelog record does not take doc."""
-        activation = doc.activation
-        assert activation is not None and processor.joins is not None
-        name = processor.trigger.name
-        state = self.joins[name].get(activation)
-        limit = self.rt.options.max_record_bytes
-        size = limits.record_size((key_prefix(name) + activation).encode(), orjson.dumps(state))
-        if size <= limit:
-            return
-        members = {t: m for t, m in state["members"].items() if t != doc.type}
-        kept = {k: v for k, v in state.items() if k not in ("deadline", "members")}
-        processor.joins.restore(activation, {**state, "members": members} if members
-                                else kept or None)  # expired members stay remembered
-        sink.journal.pop()
-        self._too_large(processor, doc, limits.too_large(
-            f"the open join of activation {limits.clip(activation)!r} with this document",
-            size, limit), sink)
 
 
 def _text(data: str | bytes | None) -> str | None:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable
 
 from .envelope import Record
 from .journal import JournalRecord
-from .outputs import dead_letter
 from .processor import Sink
 from .runners import TriggerRunner
 from .scenario import SUSPEND, Control
@@ -32,7 +31,7 @@ class Engine(TriggerRunner):
             sink = Sink()
         journal = sink.journal
         self.partition.advance(record.ts, journal)
-        document, targets, rejected = self.ingress.admit_into(record, position, journal)
+        document, targets, letter = self.ingress.admit_into(record, position, journal)
         if document is not None:
             processors = self.processors
             for trigger in targets:
@@ -40,8 +39,8 @@ class Engine(TriggerRunner):
                 run = processor.take(document, sink)
                 if run is not None:
                     self._run(processor, document, run, sink)
-        elif rejected is not None:
-            sink.output(dead_letter(record, rejected))
+        elif letter is not None:
+            sink.output(letter)
         return sink
 
     def process_all(self, records: Iterable[Record | Control], sink: Sink,

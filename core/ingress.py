@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Final
 
 from . import journal as J
@@ -19,9 +20,10 @@ from .envelope import (
     parse_delivery_count,
 )
 from .journal import JournalRecord
+from .outputs import Output, rejection
 from .store import Store
 from .triggers import TriggerDef, TriggerSet
-from .values import MAX_DEPTH, header_problem, nested_deeper_than
+from .values import KEY_LENGTH, MAX_DEPTH, header_problem, nested_deeper_than
 
 # The longest dup-id, activation and (of a record with a dup-id) message id ingress
 # takes, in characters, in every runner.  They become state keys and values (the
@@ -29,7 +31,7 @@ from .values import MAX_DEPTH, header_problem, nested_deeper_than
 # bounded so, every such state record fits the worker's smallest record limit whatever
 # the characters.  The identity needs no bound of its own: one longer than
 # MAX_IDENTITY_LENGTH is never a history key.
-MAX_KEY_LENGTH: Final = 1000
+MAX_KEY_LENGTH: Final = KEY_LENGTH
 
 
 def activation_too_long(activation: str | None) -> str | None:
@@ -275,12 +277,15 @@ class Ingress:
         return cache
 
     def admit_into(
-        self, record: Record, position: int, journal: list[JournalRecord]
-    ) -> tuple[Document | None, tuple[TriggerDef, ...], str | None]:
-        """Run the ingress rules on one record: (document, its triggers, rejection reason).
+        self, record: Record, position: int, journal: list[JournalRecord], *,
+        raw_key: bytes | None = None, null_headers: Iterable[str] = (),
+    ) -> tuple[Document | None, tuple[TriggerDef, ...], Output | None]:
+        """Run the ingress rules on one record: (document, its triggers, dead letter).
 
-        Journal records go to `journal`; a rejected record gets its reason (the runner
-        sends its dead letter, onceflow.outputs.dead_letter).
+        Journal records go to `journal`; a rejected record's `bad-input` record and dead
+        letter are onceflow.outputs.rejection's (the runner sends the dead letter).
+        `raw_key`, `null_headers`: what the runner kept aside of the record, for its dead
+        letter (see outputs.dead_letter).
         """
         delivery_count = self.delivery.count(record)
         headers = record.headers
@@ -288,10 +293,8 @@ class Ingress:
             problem = header_problem(headers)
             if problem is not None:
                 uuid_seen, activation_seen = envelope_fields(record.value)
-                journal.append(self._ingress_record(
-                    record, J.BAD_INPUT, uuid_seen or record.message_id, activation_seen,
-                    position, problem))
-                return None, (), problem
+                return self._reject(journal, record, problem, uuid_seen or record.message_id,
+                                    activation_seen, position, raw_key, null_headers)
         topic = record.topic
         # record.message_id (the header's, else the coordinates) is made only where
         # needed: most records carry a uuid, and the document makes its own when asked.
@@ -300,10 +303,8 @@ class Ingress:
             too_long = keys_too_long(headers, value)
             if too_long is not None:
                 uuid_seen, _ = envelope_fields(value)
-                journal.append(self._ingress_record(
-                    record, J.BAD_INPUT, uuid_seen or record.message_id, None,
-                    position, too_long))
-                return None, (), too_long
+                return self._reject(journal, record, too_long, uuid_seen or record.message_id,
+                                    None, position, raw_key, null_headers)
         dup_id = headers.get(H_DUP_ID) if headers else None
         if dup_id is not None and self.cache(topic, record.partition).seen(
                 dup_id, record.message_id, record.delivered_offset):
@@ -329,11 +330,9 @@ class Ingress:
                 check_envelope(value)
             except BadEnvelope as exc:
                 uuid_seen, activation_seen = envelope_fields(value)
-                journal.append(self._ingress_record(
-                    record, J.BAD_INPUT, uuid_seen or record.message_id,
-                    activation_seen, position, exc.reason,
-                ))
-                return None, (), exc.reason
+                return self._reject(journal, record, exc.reason,
+                                    uuid_seen or record.message_id, activation_seen, position,
+                                    raw_key, null_headers)
         doc_type = doc_type or topic
         identity = uuid or record.message_id
         activation = activation or None
@@ -349,15 +348,22 @@ class Ingress:
                 by_type[doc_type] = targets
         if not targets:
             reason = f"no trigger takes document type {doc_type!r} from topic {topic!r}"
-            journal.append(self._ingress_record(
-                record, J.BAD_INPUT, identity, activation, position, reason
-            ))
-            return None, (), reason
+            return self._reject(journal, record, reason, identity, activation, position,
+                                raw_key, null_headers)
         document = Document(doc_type, identity, activation, value, record.ts, topic,
                             record.partition, record.offset, record.given_message_id,
                             delivery_count, record.key, headers, position,
                             record.redelivers)
         return document, targets, None
+
+    @staticmethod
+    def _reject(journal: list[JournalRecord], record: Record, reason: str, identity: str,
+                activation: str | None, position: int, raw_key: bytes | None,
+                null_headers: Iterable[str]) -> tuple[None, tuple[TriggerDef, ...], Output]:
+        entry, letter = rejection(record, reason, identity, activation, None, position,
+                                  raw_key=raw_key, null_headers=null_headers)
+        journal.append(entry)
+        return None, (), letter
 
     @staticmethod
     def _ingress_record(

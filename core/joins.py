@@ -16,10 +16,16 @@ from typing import Any, Final
 from .envelope import Document, delivered_offset, record_time, seconds
 from .store import Store
 from .triggers import ALL, ONLY_ONE, TriggerDef
+from .values import clip
 
 PENDING: Final = "pending"
 DISCARDED: Final = "discarded"
 COMPLETE: Final = "complete"
+# The document would make the join's stored state larger than the runner can keep.
+REFUSED: Final = "refused"
+# A runner's limit on what one activation's join may store: None when `state` fits,
+# else how it is too large ("is N bytes, more than ...").
+JoinFits = Callable[[str, Any], str | None]
 
 
 def _same(value: Any) -> Any:
@@ -264,8 +270,11 @@ class _CurrentStates:
 class JoinBook:
     """The open joins of one trigger, keyed by activation, with a deadline index."""
 
-    def __init__(self, trigger: TriggerDef, store: Store, *, serialize: bool = True) -> None:
+    def __init__(self, trigger: TriggerDef, store: Store, *, serialize: bool = True,
+                 fits: JoinFits | None = None) -> None:
+        """`fits`: the runner's limit on one activation's stored state (None: no limit)."""
         self.trigger = trigger
+        self.fits = fits
         # Only a changelogged store can hold states an earlier version wrote.
         self.store: Store = _CurrentStates(store) if serialize else store
         self.condition: AllJoin | OnlyOneJoin
@@ -312,6 +321,13 @@ class JoinBook:
         if step.kind == DISCARDED:
             return step
         new_stored = _with_gone(new_state, stored.get(GONE) if stored is not None else None)
+        if step.kind == PENDING and self.fits is not None:
+            # Refused before anything changes: the join stays as it was.
+            why = self.fits(activation, new_stored)
+            if why is not None:
+                return JoinStep(REFUSED, previous=stored, reason=(
+                    f"the open join of activation {clip(activation)!r} with this "
+                    f"document {why}"))
         self._put(activation, stored, new_stored)
         return step
 

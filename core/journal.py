@@ -106,6 +106,14 @@ class JournalRecord:
         return self.outcome in TERMINAL
 
 
+def bad_input(trigger: str | None, identity: str | None, activation: str | None,
+              ts: Timestamp | None, topic: str | None, partition: int | None,
+              offset: int | None, reason: str, position: int = -1) -> JournalRecord:
+    """The `bad-input` record of what was not decided (trigger None: at ingress)."""
+    return JournalRecord(trigger, BAD_INPUT, identity, activation, ts, topic, partition,
+                         offset, reason, None, position)
+
+
 # The fields of a journal record that `onceflow replay`'s output is compared on (spec
 # section 7), in that order.
 CONTRACT_FIELDS: Final = ("trigger", "outcome", "identity", "activation", "ts")

@@ -15,9 +15,18 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .envelope import H_DUP_ID, Document, Record, seconds
+from .journal import JournalRecord, bad_input
 from .pickling import by_fields
 from .triggers import TriggerDef
-from .values import MAX_DEPTH, NotJson, deep_json, is_text, nested_deeper_than, safe_headers
+from .values import (
+    MAX_DEPTH,
+    NotJson,
+    clip,
+    deep_json,
+    is_text,
+    nested_deeper_than,
+    safe_headers,
+)
 
 DEAD_LETTER_TOPIC: Final = "onceflow.dead-letter"
 
@@ -128,3 +137,37 @@ def error_output(trigger: TriggerDef, documents: list[Any], key: str | None, ide
         "documents": documents,
     }
     return Output(trigger.error, key, value, output_headers(trigger, identity, activation))
+
+
+def reference(doc: Document) -> dict[str, Any]:
+    """Where a document's record is, in place of its content."""
+    return {"topic": doc.topic, "partition": doc.partition, "offset": doc.offset,
+            "identity": clip(doc.identity), "type": clip(doc.type)}
+
+
+def rejection(record: Record, reason: str, identity: str | None, activation: str | None,
+              trigger: str | None = None, position: int = -1, *,
+              raw_key: bytes | None = None, null_headers: Iterable[str] = ()
+              ) -> tuple[JournalRecord, Output]:
+    """A record that is not decided: its `bad-input` journal record and its dead letter.
+
+    `identity` and `activation`: what could be read of the record; `trigger`: None at
+    ingress.  `raw_key` and `null_headers` as for dead_letter.
+    """
+    return (bad_input(trigger, identity, activation, record.ts, record.topic,
+                      record.partition, record.offset, reason, position),
+            dead_letter(record, reason, raw_key=raw_key, null_headers=null_headers))
+
+
+def refusal(trigger: TriggerDef, doc: Document, why: str) -> tuple[JournalRecord, Output]:
+    """A document a trigger cannot take whole: `bad-input` for it, and its error document.
+
+    The error document (BadInput) refers to the input record, which stays on its topic.
+    """
+    reason = (f"{why}: trigger {trigger.name!r} does not take it; the record stays on "
+              f"its topic")
+    record = bad_input(trigger.name, doc.identity, doc.activation, doc.ts, doc.topic,
+                       doc.partition, doc.offset, reason, doc.position)
+    error = error_output(trigger, [reference(doc)], doc.key or doc.activation, doc.identity,
+                         doc.activation, "BadInput", reason, 0)
+    return record, error

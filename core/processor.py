@@ -17,9 +17,16 @@ from .envelope import MAX_IDENTITY_LENGTH, Document, Timestamp
 from .errors import HistoryUnavailable
 from .history import History, HistoryEntry, state_keys
 from .ingress import header_ignored
-from .joins import COMPLETE, DISCARDED, JoinBook, join_document
+from .joins import COMPLETE, DISCARDED, REFUSED, JoinBook, JoinFits, join_document
 from .journal import JournalRecord
-from .outputs import DEAD_LETTER_TOPIC, Output, document_letter, error_output, output_headers
+from .outputs import (
+    DEAD_LETTER_TOPIC,
+    Output,
+    document_letter,
+    error_output,
+    output_headers,
+    refusal,
+)
 from .running import OK, SUSPEND, ServiceResult
 from .store import Store
 from .triggers import TriggerDef
@@ -120,8 +127,13 @@ class TriggerProcessor:
         join_store: Store | None,
         *,
         serialize_state: bool = True,
+        join_fits: JoinFits | None = None,
     ) -> None:
-        """`serialize_state=False`: the stores live only in memory and may hold objects."""
+        """`serialize_state=False`: the stores live only in memory and may hold objects.
+
+        `join_fits`: the runner's limit on what one activation's join may store (the
+        worker's record limit); a document that would pass it is `bad-input`.
+        """
         self.trigger = trigger
         self.service = service
         self.resolver = resolver
@@ -132,7 +144,8 @@ class TriggerProcessor:
         if trigger.needs_activation:
             if join_store is None:
                 raise ValueError(f"trigger {trigger.name!r} needs a join store")
-            self.joins = JoinBook(trigger, join_store, serialize=serialize_state)
+            self.joins = JoinBook(trigger, join_store, serialize=serialize_state,
+                                  fits=join_fits)
         self._join_arity = trigger.join_arity
         self.suspended = False
         self.suspended_reason = ""
@@ -304,6 +317,11 @@ class TriggerProcessor:
             step = joins.on_document(doc)
             if step.kind == DISCARDED:
                 sink.journal.append(self._record(doc, J.JOIN_DISCARDED, step.reason))
+                return None
+            if step.kind == REFUSED:
+                record, error = refusal(self.trigger, doc, step.reason)
+                sink.journal.append(record)
+                sink.output(error)
                 return None
             if step.kind != COMPLETE:
                 sink.journal.append(self._record(doc, J.JOIN_PENDING))

@@ -16,6 +16,7 @@ from pathlib import Path
 from .calls import Callee, load_callee
 from .envelope import Document, Timestamp
 from .ingress import Ingress
+from .joins import JoinFits
 from .partition import HeldInMemory, Partition
 from .processor import HELD, Run, Sink, TriggerProcessor, _Held
 from .running import AwaitRunner, run_service
@@ -48,8 +49,12 @@ def build_processors(
     join_store: Callable[[str], Store],
     *,
     serialize_state: bool = True,
+    join_fits: Callable[[str], JoinFits] | None = None,
 ) -> dict[str, TriggerProcessor]:
-    """One processor per trigger over the given stores."""
+    """One processor per trigger over the given stores.
+
+    `join_fits`: each trigger's limit on what a join may store (None: no limit).
+    """
     processors = {}
     for trigger in triggers.triggers:
         service, resolver = callees[trigger.name]
@@ -57,6 +62,8 @@ def build_processors(
         processors[trigger.name] = TriggerProcessor(
             trigger, service, resolver, history_store(trigger.name), joins,
             serialize_state=serialize_state,
+            join_fits=join_fits(trigger.name) if join_fits is not None and joins is not None
+            else None,
         )
     return processors
 

@@ -16,6 +16,16 @@ import orjson
 # documents) inside a few levels of its own, and orjson writes at most 254 levels; a
 # deeper document is bad input at ingress, in every runner alike.
 MAX_DEPTH: Final = 128
+# The longest string ingress stores under a record's own strings (ingress.MAX_KEY_LENGTH);
+# what a record quotes is clipped to it.
+KEY_LENGTH: Final = 1000
+
+
+def clip(text: str, keep: int = KEY_LENGTH) -> str:
+    """The text, or its first `keep` characters and how long it was."""
+    if len(text) <= keep:
+        return text
+    return f"{text[:keep]}... ({len(text)} characters)"
 
 
 class NotJson:

@@ -23,7 +23,7 @@ from onceflow.errors import ScenarioError
 from onceflow.ingress import Ingress
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_prefix
-from onceflow.outputs import dead_letter, unread_letter
+from onceflow.outputs import unread_letter
 from onceflow.partition import routing_key
 from onceflow.scenario import InputOffsets, parse_record_line
 from onceflow.store import MemoryState
@@ -173,7 +173,7 @@ class _IngressTask:
             except ScenarioError as exc:
                 self._malformed(self._where(pos), str(exc), None, pos, block, by_vpart)
                 continue
-            document, targets, rejected = ingress.admit_into(record, pos, journal)
+            document, targets, letter = ingress.admit_into(record, pos, journal)
             if journal:
                 for made in journal:
                     by_vpart.setdefault(table[pos % size], []).append(
@@ -188,9 +188,9 @@ class _IngressTask:
                     if group is None:
                         group = by_vpart[vpart] = []
                     group.append((pos, index, w, fields))
-            elif rejected is not None:
+            elif letter is not None:
                 by_vpart.setdefault(table[pos % size], []).append(
-                    (pos, -1, None, final_fields(dead_letter(record, rejected))))
+                    (pos, -1, None, final_fields(letter)))
         for vpart, items in by_vpart.items():
             self.out.add(RECORDS, vpart, block, marshal.dumps(items))
 
@@ -211,8 +211,8 @@ class _IngressTask:
         # A line that is not a record gets a terminal outcome and a dead letter, like a
         # record rejected at ingress: the pipeline reports it and goes on.
         why = f"not a record: {reason}"
-        items = [(pos, -1, None, final_fields(JournalRecord(
-                     None, J.BAD_INPUT, where, None, None, None, None, None, why, None, pos))),
+        items = [(pos, -1, None, final_fields(J.bad_input(
+                     None, where, None, None, None, None, None, why, pos))),
                  (pos, -1, None, final_fields(unread_letter(why, where, text)))]
         vpart = self.slots.table[pos % len(self.slots.table)]
         if by_vpart is not None:

@@ -233,9 +233,9 @@ class Admitted:
 def admit(ingress: Ingress, record: Record, position: int = 0) -> Admitted:
     """One record through ingress, its results gathered for asserting."""
     journal: list[JournalRecord] = []
-    document, targets, reason = ingress.admit_into(record, position, journal)
+    document, targets, letter = ingress.admit_into(record, position, journal)
     routed = [(trigger, document) for trigger in targets] if document is not None else []
-    return Admitted(journal, routed, reason)
+    return Admitted(journal, routed, None if letter is None else letter.value["reason"])
 
 
 TRIGGERS = parse_triggers({
