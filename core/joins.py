@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .envelope import Document, delivered_offset, record_time, seconds
+from .envelope import Document, delivered_offset, iso_time, record_time
 from .store import Store
 from .triggers import ALL, ONLY_ONE, TriggerDef
 from .values import clip
@@ -149,7 +149,7 @@ class OnlyOneJoin:
         if state is not None:
             deadline = state["deadline"]
             until = ("until the window closes, which it never does: join_timeout is none"
-                     if deadline is None else f"open until {seconds(deadline)} (record time)")
+                     if deadline is None else f"open until {iso_time(deadline)} (record time)")
             return state, JoinStep(
                 DISCARDED,
                 reason=f"{state['identity']} already ran for this activation in the window "
