@@ -189,9 +189,7 @@ async def run_services(
         if later:
             await asyncio.gather(*later)
 
-    if plain and not singles and not chains:
-        await run_plain(plain)
-    elif singles or chains or plain:
+    if singles or chains or plain:
         await asyncio.gather(*(run_one(t) for t in singles),
                              *([run_plain(plain)] if plain else []),
                              *(run_chain(chain) for chain in chains.values()))
