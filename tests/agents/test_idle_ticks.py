@@ -76,9 +76,7 @@ async def test_wall_clock_ticks_wait_until_the_backlog_is_read() -> None:
     route = TP(c.names.route, 0)
     backlog = TP(c.names.topic("b"), 0)
     consumer.ends = {route: 0, backlog: 1}  # b-1, the join's other member, waits
-    app = SimpleNamespace(onceflow_producer=object(), consumer=consumer, conf=CONF,
-                          assignor=SimpleNamespace(assigned_actives=lambda: {route}),
-                          bulk_delivery=(frozenset({route.topic, backlog.topic}),))
+    app = fake_app(consumer, route, route.topic, backlog.topic)
     options: Any = c.runtime.options
     clock[0] = worker.last_record_at + options.idle_after + 1  # idle for long enough
 
@@ -100,25 +98,13 @@ async def test_wall_clock_ticks_wait_until_the_backlog_is_read() -> None:
 async def test_no_tick_while_another_worker_has_a_backlog() -> None:
     """The partitions here are caught up, but an input partition another worker owns is
     not (its records feed this partition through the repartition topic): no tick."""
-    c = LocalCluster(parse_triggers({"trigger": [PAIR]}), partitions=2)
-    clock = [0.0]
-    c.runtime.monotonic = lambda: clock[0]
-    opened = record_time(time.time() - 3600)
-    a_partition = 0
-    await c.runtime.handle([Delivery("a", a_partition, 0, opened, None,
-                                     orjson.dumps({"uuid": "a-1", "activation": "x"}), [])])
-    await c.pump()
-    (owner,) = [p for p, w in c.runtime.workers.items() if w.processors["pair"].joins
-                and len(w.processors["pair"].joins)]
-    worker = c.runtime.worker(owner)
+    c, clock, opened, owner, worker = await join_opened_an_hour_ago(0.0)
     consumer = Consumer()
     route = TP(c.names.route, owner)
     consumer.ends = {route: 0}  # nothing waits here
     elsewhere = (c.names.topic("b"), 1 - owner)  # another worker's, with b-1 unread
     consumer.group_ends = {elsewhere: 1}
-    app = SimpleNamespace(onceflow_producer=object(), consumer=consumer, conf=CONF,
-                          assignor=SimpleNamespace(assigned_actives=lambda: {route}),
-                          bulk_delivery=(frozenset({route.topic}),))
+    app = fake_app(consumer, route, route.topic)
     options: Any = c.runtime.options
     clock[0] = worker.last_record_at + options.idle_after + 1
     before = worker.now
@@ -137,22 +123,12 @@ async def test_a_group_that_keeps_up_with_steady_traffic_still_ticks() -> None:
     """Records keep arriving on another partition and are committed a little later: the
     group has committed everything that was there a commit interval ago, so it is not a
     backlog, and the idle partition here gets its tick."""
-    c = LocalCluster(parse_triggers({"trigger": [PAIR]}), partitions=2)
-    clock = [100.0]
-    c.runtime.monotonic = lambda: clock[0]
-    opened = record_time(time.time() - 3600)
-    await c.runtime.handle([Delivery("a", 0, 0, opened, None,
-                                     orjson.dumps({"uuid": "a-1", "activation": "x"}), [])])
-    await c.pump()
-    (owner,) = [p for p, w in c.runtime.workers.items() if len(w.processors["pair"].joins)]
-    worker = c.runtime.worker(owner)
+    c, clock, opened, owner, worker = await join_opened_an_hour_ago(100.0)
     consumer = Consumer()
     route = TP(c.names.route, owner)
     consumer.ends = {route: 0}
     busy = (c.names.topic("b"), 1 - owner)
-    app = SimpleNamespace(onceflow_producer=object(), consumer=consumer, conf=CONF,
-                          assignor=SimpleNamespace(assigned_actives=lambda: {route}),
-                          bulk_delivery=(frozenset({route.topic}),))
+    app = fake_app(consumer, route, route.topic)
     options: Any = c.runtime.options
     clock[0] = worker.last_record_at + options.idle_after + 1
     before = worker.now
@@ -165,3 +141,25 @@ async def test_a_group_that_keeps_up_with_steady_traffic_still_ticks() -> None:
             assert worker.now == before
         clock[0] += 1
     assert worker.now is not None and worker.now > opened + 3_000_000
+
+
+def fake_app(consumer: Consumer, route: TP, *topics: str) -> Any:
+    """What tick_idle_partitions reads of the Faust app: one route partition assigned."""
+    return SimpleNamespace(onceflow_producer=object(), consumer=consumer, conf=CONF,
+                           assignor=SimpleNamespace(assigned_actives=lambda: {route}),
+                           bulk_delivery=(frozenset(topics),))
+
+
+async def join_opened_an_hour_ago(start: float) -> tuple[LocalCluster, list[float], int, int,
+                                                          Any]:
+    """Two partitions; a join of activation x opened an hour ago on one of them (its owner
+    partition); the timer's monotonic clock by hand, from `start`."""
+    c = LocalCluster(parse_triggers({"trigger": [PAIR]}), partitions=2)
+    clock = [start]
+    c.runtime.monotonic = lambda: clock[0]
+    opened = record_time(time.time() - 3600)
+    await c.runtime.handle([Delivery("a", 0, 0, opened, None,
+                                     orjson.dumps({"uuid": "a-1", "activation": "x"}), [])])
+    await c.pump()
+    (owner,) = [p for p, w in c.runtime.workers.items() if len(w.processors["pair"].joins)]
+    return c, clock, opened, owner, c.runtime.worker(owner)

@@ -48,13 +48,18 @@ def plain_wait(document):
 '''
 
 
-def test_a_transient_failure_is_retried_then_processed_with_default_settings(
-        broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
+def billing(new_prefix: Any, tmp_path: Path) -> tuple[Path, str, Names]:
+    """The trigger file and its service module in tmp_path; a fresh prefix and its names."""
     triggers = tmp_path / "triggers.toml"
     triggers.write_text(BILLING)
     (tmp_path / "slow_services.py").write_text(SERVICES)
     prefix = new_prefix()
-    names = Names(prefix)
+    return triggers, prefix, Names(prefix)
+
+
+def test_a_transient_failure_is_retried_then_processed_with_default_settings(
+        broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
+    triggers, prefix, names = billing(new_prefix, tmp_path)
     worker = start_worker(triggers, prefix, partitions=2)
     publish(broker.bootstrap, names, [
         ("invoice", orjson.dumps({"uuid": "inv-4", "body": {"raise": "transient:1"}}),
@@ -95,11 +100,7 @@ def test_resubmitted_documents_run_again_also_through_a_suspension(
     """The paths after a run: resubmit an error document, and resubmit it while the
     trigger is suspended, then resume.  The admin token is set because suspend, resume and
     resubmit need it (as in any deployment); every other setting is the default."""
-    triggers = tmp_path / "triggers.toml"
-    triggers.write_text(BILLING)
-    (tmp_path / "slow_services.py").write_text(SERVICES)
-    prefix = new_prefix()
-    names = Names(prefix)
+    triggers, prefix, names = billing(new_prefix, tmp_path)
     worker = start_worker(triggers, prefix, partitions=2, admin_token=TOKEN)
     env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
            "ONCEFLOW_PARTITIONS": "2", "ONCEFLOW_ADMIN_TOKEN": TOKEN}
@@ -147,11 +148,7 @@ def test_a_plain_service_that_blocks_leaves_the_worker_answering(
         broker: EmbeddedBroker, start_worker: Any, new_prefix: Any, tmp_path: Path) -> None:
     """A `def` service sleeping 6 s: the worker's web views answer meanwhile (its event
     loop, which also heartbeats the group, is free) and the document is processed once."""
-    triggers = tmp_path / "triggers.toml"
-    triggers.write_text(BILLING)
-    (tmp_path / "slow_services.py").write_text(SERVICES)
-    prefix = new_prefix()
-    names = Names(prefix)
+    triggers, prefix, names = billing(new_prefix, tmp_path)
     worker = start_worker(triggers, prefix, partitions=2)
     publish(broker.bootstrap, names, [
         ("slow", orjson.dumps({"uuid": "slow-2", "body": {"sleep": 6}}), "slow-2", {}, None)])
