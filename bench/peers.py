@@ -13,6 +13,11 @@ records from the same embedded broker in the same run:
 - onceflow again with the no-op service (no output; its rate is taken on the journal), to
   show what publishing the outputs costs.
 
+Then the end-to-end latency of one onceflow worker and of Quix keyed, each on an empty
+input topic of its own, at half of Quix keyed's rate in this run (`--latency-rate` sets
+another): p50, p90, p99 and the largest, from publishing a document to reading its output
+back (bench/latency.py says how).  And onceflow's rate against its aiokafka floor.
+
 Besides the rate, each onceflow and Quix row shows the CPU the contender and the broker
 spent per document between the first output and the last (from /proc).
 
@@ -50,6 +55,7 @@ from onceflow.app.process import WorkerProcess, dies_with_parent, stopped_on_ter
 from onceflow.app.topics import TopicSpec, ensure_topics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import latency  # noqa: E402
 from procs import cpu_seconds, peak_rss_mib  # noqa: E402
 from worker import naive_rate  # noqa: E402
 
@@ -179,6 +185,14 @@ class Cpu:
                       for name, pid in self.pids.items()}
 
 
+def worker_env(broker: EmbeddedBroker, prefix: str, data_dir: Path) -> dict[str, str]:
+    """A bench worker's settings: the defaults but for a 6 s session (as Quix's, on tansu)."""
+    return {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
+            "ONCEFLOW_PARTITIONS": "4", "ONCEFLOW_DATA_DIR": str(data_dir),
+            "ONCEFLOW_WEB_PORT": str(free_port()), "ONCEFLOW_SESSION_TIMEOUT": "6",
+            "ONCEFLOW_HEARTBEAT_INTERVAL": "1", "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT"}
+
+
 def onceflow_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path,
                  workers: int, service: str = "echo") -> tuple[float, float, Cpu]:
     """(docs/s, peak RSS MiB of the first worker, CPU spent) with `workers` workers.
@@ -194,11 +208,8 @@ def onceflow_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: 
     started = []
     for n in range(workers):
         name = f"of{workers}{service}-{n}"
-        env = {"ONCEFLOW_BROKER_URL": broker.url, "ONCEFLOW_TOPIC_PREFIX": prefix,
-               "ONCEFLOW_PARTITIONS": "4", "ONCEFLOW_DATA_DIR": str(workdir / name),
-               "ONCEFLOW_WEB_PORT": str(free_port()), "ONCEFLOW_SESSION_TIMEOUT": "6",
-               "ONCEFLOW_HEARTBEAT_INTERVAL": "1", "ONCEFLOW_SECURITY_PROTOCOL": "PLAINTEXT"}
-        started.append(WorkerProcess(triggers, env, workdir / f"{name}.log").start())
+        started.append(WorkerProcess(triggers, worker_env(broker, prefix, workdir / name),
+                                     workdir / f"{name}.log").start())
     try:
         for worker in started:
             worker.wait_ready()
@@ -286,12 +297,72 @@ def floor_run(broker: EmbeddedBroker, items: int, unique: set[str],
                       env, prefix + "echo.out", workdir / "io-floor.log")
 
 
+def onceflow_latency(broker: EmbeddedBroker, workdir: Path, rate: float,
+                     seconds: float) -> dict[str, float]:
+    """Latency figures of one onceflow worker (echo service) at `rate` documents a second."""
+    prefix = f"{PREFIX}lat."
+    triggers = workdir / "triggers-latency.toml"
+    triggers.write_text(TRIGGERS)
+    asyncio.run(ensure_topics(broker.bootstrap,
+                              [TopicSpec(prefix + "doc", "input", 4, -1, RETENTION)]))
+    worker = WorkerProcess(triggers, worker_env(broker, prefix, workdir / "latency"),
+                           workdir / "latency.log").start()
+    try:
+        worker.wait_ready()
+        return asyncio.run(latency.measure(broker.bootstrap, prefix + "doc",
+                                           prefix + "echo.out", rate, seconds,
+                                           lambda: worker.alive))
+    finally:
+        worker.stop()
+
+
+def quix_latency(broker: EmbeddedBroker, workdir: Path, rate: float,
+                 seconds: float) -> dict[str, float]:
+    """Latency figures of the Quix Streams job keyed on the Kafka key at `rate`."""
+    topic, output = f"{PREFIX}lat-quix.in", f"{PREFIX}quix-lat.out"
+    env = {"PEERS_MODE": "key", "PEERS_BROKER": broker.bootstrap, "PEERS_GROUP": "quix-lat",
+           "PEERS_STATE": str(workdir / "quix-lat"), "PEERS_INPUT": topic,
+           "PEERS_OUTPUT": output}
+    script = workdir / "quix_job.py"
+    script.write_text(QUIX)
+    asyncio.run(ensure_topics(broker.bootstrap, [TopicSpec(topic, "input", 4, -1, RETENTION)]))
+    with (workdir / "quix-lat.log").open("wb") as log:
+        process = subprocess.Popen([sys.executable, str(script)], env={**os.environ, **env},
+                                   stdout=log, stderr=subprocess.STDOUT,
+                                   preexec_fn=dies_with_parent())
+        try:
+            return asyncio.run(latency.measure(broker.bootstrap, topic, output, rate, seconds,
+                                               lambda: process.poll() is None))
+        finally:
+            process.terminate()
+            process.wait(30)
+
+
+def print_latency(rate: float, seconds: float, figures: dict[str, dict[str, float]]) -> None:
+    """The latency table, and onceflow's p99 against Quix's."""
+    print(f"end-to-end latency (publisher to output read back), distinct documents at "
+          f"{rate:,.0f}/s for {seconds:g} s:")
+    print(f"{'contender':<46} {'sent/s':>8} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} "
+          f"{'max ms':>7} {'back':>9}")
+    for name, f in figures.items():
+        print(f"{name:<46} {f['rate']:>8,.0f} {f['p50']:>7.1f} {f['p90']:>7.1f} "
+              f"{f['p99']:>7.1f} {f['max']:>7.1f} {f['back']:>4,.0f}/{f['sent']:,.0f}")
+    ours, quix = figures.get("onceflow, 1 worker"), figures.get("Quix Streams, keyed")
+    if ours and quix:
+        print(f"onceflow p99 / Quix p99: {ours['p99'] / quix['p99']:.2f}x (target <= 1x); "
+              f"p50: {ours['p50'] / quix['p50']:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--documents", type=int, default=100_000)
     parser.add_argument("--skip", default="", help="comma-separated: onceflow2, noop, "
-                        "quix-key, quix-groupby, floor, naive")
+                        "quix-key, quix-groupby, floor, naive, latency")
+    parser.add_argument("--latency-rate", type=float, default=0.0,
+                        help="documents a second for the latency runs (default: half of "
+                        "Quix keyed's rate in this run)")
+    parser.add_argument("--latency-seconds", type=float, default=15.0)
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     items = documents(args.documents)
@@ -321,6 +392,14 @@ def main() -> None:
         if "naive" not in skip:
             rows.append(("naive Faust agent (get + put, no output)",
                          naive_rate_on(broker, len(items), workdir), 0.0, None))
+        quix_rate = {n: r for n, r, _, _ in rows}.get("Quix Streams, dedup on the Kafka key")
+        lat_rate = args.latency_rate or (quix_rate or 0.0) / 2
+        lat: dict[str, dict[str, float]] = {}
+        if "latency" not in skip and lat_rate > 0:
+            lat["onceflow, 1 worker"] = onceflow_latency(broker, workdir, lat_rate,
+                                                         args.latency_seconds)
+            lat["Quix Streams, keyed"] = quix_latency(broker, workdir, lat_rate,
+                                                      args.latency_seconds)
     ours = rows[0][1]
     print(f"{len(items):,} documents ({len(unique):,} unique) on 4 partitions, one "
           f"embedded broker, {os.cpu_count()} cores, load {load:.1f} at the start, "
@@ -345,7 +424,8 @@ def main() -> None:
         print(f"onceflow / Quix keyed: {ours / quix:.2f}x (target >= 2x)")
     floor = rates.get(FLOOR)
     if floor:
-        print(f"aiokafka floor / onceflow: {floor / ours:.2f}x"
+        print(f"onceflow / its aiokafka floor: {ours / floor:.2f}x (target >= 0.75x); "
+              f"floor / onceflow: {floor / ours:.2f}x"
               + (f"; floor / Quix keyed: {floor / quix:.2f}x (the most onceflow could reach "
                  "with aiokafka and its writes)" if quix else ""))
     two = rates.get("onceflow, 2 workers")
@@ -358,6 +438,8 @@ def main() -> None:
               f"document the worker spends {per_doc[echo][0]:.0f} us of CPU with outputs and "
               f"{per_doc[noop][0]:.0f} us without, the broker {per_doc[echo][1]:.0f} and "
               f"{per_doc[noop][1]:.0f} us")
+    if lat:
+        print_latency(lat_rate, args.latency_seconds, lat)
     parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"(logs in {workdir}; this process's peak RSS {parent:,.0f} MiB)")
 
