@@ -29,7 +29,7 @@ SCENARIOS = sorted(p for p in (HERE / "scenarios").iterdir() if (p / "triggers.t
 SHARED = Path(__file__).parents[3] / "shared" / "examples"
 EXAMPLES = sorted(p for p in SHARED.iterdir() if (p / "triggers.toml").exists()) \
     if SHARED.is_dir() else []
-AT_ONCE = 6
+AT_ONCE = 16
 
 
 async def _run_one(folder: Path, bootstrap: str, gate: asyncio.Semaphore) -> Any:
