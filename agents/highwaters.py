@@ -36,21 +36,51 @@ def client_auth(conf: Any) -> dict[str, Any]:
     return dict(faust_aiokafka.credentials_to_aiokafka_auth(conf.broker_credentials))
 
 
-async def fetch_highwaters(bootstrap: str, ends: Mapping[Any, int | None],
-                           timeout: float = 10.0, auth: Mapping[str, Any] | None = None
-                           ) -> dict[Any, int | None]:
-    """The true end offsets of partitions, from Fetch responses.
+class HighwaterReader:
+    """Reads true end offsets from Fetch responses, with one consumer kept between calls.
 
-    `ends` are ListOffsets(latest) answers; a partition answered 0 is empty.
+    The idle timer asks for the input partitions' ends once a tick (agents/faust_app.py,
+    group_caught_up): a consumer started for each call would open a connection to the
+    broker every tick on every idle worker.  Calls take turns (one consumer, one lock).
     """
-    result: dict[Any, int | None] = dict(ends)
-    todo = {tp: end for tp, end in ends.items() if end}
-    if not todo:
+
+    def __init__(self, bootstrap: str, auth: Mapping[str, Any] | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.auth = dict(auth or {})
+        self.consumer: AIOKafkaConsumer | None = None
+        self.started = 0  # how many consumers this reader has started (tests read it)
+        self._lock = asyncio.Lock()
+
+    async def read(self, ends: Mapping[Any, int | None],
+                   timeout: float = 10.0) -> dict[Any, int | None]:
+        """The true end offsets of partitions, from Fetch responses.
+
+        `ends` are ListOffsets(latest) answers; a partition answered 0 is empty.
+        """
+        result: dict[Any, int | None] = dict(ends)
+        todo = {tp: end for tp, end in ends.items() if end}
+        if not todo:
+            return result
+        async with self._lock:
+            consumer = self.consumer
+            if consumer is None:
+                consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap,
+                                            enable_auto_commit=False, fetch_max_wait_ms=50,
+                                            **self.auth)
+                await consumer.start()
+                self.consumer = consumer
+                self.started += 1
+            try:
+                await self._read(consumer, todo, result, timeout)
+            except BaseException:
+                # Not known to be usable: the next call starts a new one.
+                self.consumer = None
+                await consumer.stop()
+                raise
         return result
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                fetch_max_wait_ms=50, **(auth or {}))
-    await consumer.start()
-    try:
+
+    async def _read(self, consumer: AIOKafkaConsumer, todo: dict[Any, int],
+                    result: dict[Any, int | None], timeout: float) -> None:
         tps = {tp: TopicPartition(tp.topic, tp.partition) for tp in todo}
         consumer.assign(list(tps.values()))
         for tp, end in todo.items():
@@ -67,9 +97,12 @@ async def fetch_highwaters(bootstrap: str, ends: Mapping[Any, int | None],
                     missing.discard(tp)
         if missing:
             log.warning("no Fetch highwater for %s; keeping ListOffsets answers", missing)
-    finally:
-        await consumer.stop()
-    return result
+
+    async def close(self) -> None:
+        """Stop the kept consumer (the worker is stopping)."""
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            await consumer.stop()
 
 
 def bootstrap_of(urls: Iterable[Any]) -> str:
@@ -94,17 +127,27 @@ class FetchHighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
         return consumer
 
+    _reader: HighwaterReader | None = None
+
     async def _highwaters(self, partitions: Any) -> Mapping[Any, int]:
         ends = await super()._highwaters(partitions)
         if self.consumer.in_transaction:
             return ends
-        bootstrap = bootstrap_of(self.app.conf.broker_consumer)
-        fixed = await fetch_highwaters(bootstrap, dict(ends),
-                                       auth=client_auth(self.app.conf))
+        reader = self._reader
+        if reader is None:
+            reader = self._reader = HighwaterReader(
+                bootstrap_of(self.app.conf.broker_consumer), client_auth(self.app.conf))
+        fixed = await reader.read(dict(ends))
         changed = {tp: (ends[tp], fixed[tp]) for tp in ends if ends[tp] != fixed[tp]}
         if changed:
             log.info("highwaters corrected by Fetch (ListOffsets, Fetch): %s", changed)
         return {tp: value for tp, value in fixed.items() if value is not None}
+
+    async def on_thread_stop(self) -> None:
+        """Stop the highwater reader's consumer too."""
+        await super().on_thread_stop()
+        if self._reader is not None:
+            await self._reader.close()
 
     async def group_committed(self, partitions: list[Any]) -> dict[Any, int]:
         """The group's committed offsets of any partitions, assigned here or not.
