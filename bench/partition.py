@@ -56,6 +56,7 @@ from onceflow.triggers import TriggerSet, parse_triggers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # memory_broker
 from peers import TRIGGERS, documents  # noqa: E402
 
 from tests.agents.cluster import LocalCluster  # noqa: E402
