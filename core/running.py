@@ -61,6 +61,44 @@ def _failed(outcome: str, exc: BaseException, attempt: int,
     return ServiceResult(outcome, None, attempt, type(exc).__name__, message, retries)
 
 
+class Attempts:
+    """The attempts of one run: which comes next, the failures so far, and how it ends.
+
+    The retry policy, once for every runner: a run loop calls the service with
+    `context(...)`, and ends with `succeeded(value)`, or asks `failed(exc)`, which gives
+    the run's end or None (wait `wait` seconds, then make the next attempt).
+    """
+
+    __slots__ = ("trigger", "number", "retries")
+
+    def __init__(self, trigger: TriggerDef) -> None:
+        self.trigger = trigger
+        self.number = 1
+        self.retries: list[tuple[int, str]] = []
+
+    def context(self, context: CallContext) -> CallContext:
+        """The call context of the attempt to make (its number in `attempt`)."""
+        return _with_attempt(context, self.number)
+
+    def succeeded(self, value: Any) -> ServiceResult:
+        """The end of a run whose attempt returned value."""
+        return ServiceResult(OK, value, self.number, retries=self.retries)
+
+    def failed(self, exc: BaseException) -> ServiceResult | None:
+        """The end of the run after this attempt raised exc, or None: retry it."""
+        step = after_failure(self.trigger, self.number, exc)
+        if step != RETRY:
+            return _failed(step, exc, self.number, self.retries)
+        self.retries.append((self.number, f"{type(exc).__name__}: {exc}"))
+        self.number += 1
+        return None
+
+    @property
+    def wait(self) -> float:
+        """Seconds to wait before the next attempt (retry_interval)."""
+        return self.trigger.retry_interval / 1000
+
+
 def run_service(
     trigger: TriggerDef,
     service: Callee,
@@ -74,23 +112,19 @@ def run_service(
 
     `run_coroutine` runs an async service's coroutine to its end (an AwaitRunner's `run`).
     """
-    attempt = 1
-    retries: list[tuple[int, str]] = []
+    attempts = Attempts(trigger)
     while True:
         try:
-            value = service.call(payload, context if attempt == 1 else
-                                 _with_attempt(context, attempt))
+            value = service.call(payload, attempts.context(context))
             if service.is_async:
                 value = run_coroutine(value)
-            return ServiceResult(OK, value, attempt, "", "", retries)
+            return attempts.succeeded(value)
         except Exception as exc:
-            step = after_failure(trigger, attempt, exc)
-            if step != RETRY:
-                return _failed(step, exc, attempt, retries)
-            retries.append((attempt, f"{type(exc).__name__}: {exc}"))
+            end = attempts.failed(exc)
+            if end is not None:
+                return end
             if sleep is not None:
-                sleep(trigger.retry_interval / 1000)  # sleeps take seconds
-            attempt += 1
+                sleep(attempts.wait)
 
 
 async def run_service_async(
@@ -112,35 +146,32 @@ async def run_service_async(
     here and awaited when async.  `first_failure`: attempt 1 was already made elsewhere and
     raised this; the policy goes on from there.
     """
-    number = 1
-    retries: list[tuple[int, str]] = []
+    attempts = Attempts(trigger)
     failure = first_failure
     while True:
         if failure is None:
             try:
-                call_context = _with_attempt(context, number)
+                call_context = attempts.context(context)
                 if attempt is not None:
                     value = await attempt(payload, call_context)
                 else:
                     value = service.call(payload, call_context)
                     if service.is_async:
                         value = await value
-                return ServiceResult(OK, value, number, retries=retries)
+                return attempts.succeeded(value)
             except Exception as exc:
                 failure = exc
-        step = after_failure(trigger, number, failure)
-        if step != RETRY:
-            return _failed(step, failure, number, retries)
-        retries.append((number, f"{type(failure).__name__}: {failure}"))
+        end = attempts.failed(failure)
+        if end is not None:
+            return end
         failure = None
         if sleep is None:
             import asyncio
 
             sleep = asyncio.sleep
-        await sleep(trigger.retry_interval / 1000)  # sleeps take seconds
+        await sleep(attempts.wait)
         if before_retry is not None:
-            await before_retry(number + 1)
-        number += 1
+            await before_retry(attempts.number)
 
 
 def _with_attempt(context: CallContext, attempt: int) -> CallContext:
