@@ -116,13 +116,10 @@ class PartitionWorker(RejectMixin, ControlMixin):
                 now = clock.millis(wall)
         self.holding = HeldInControl(self.control, list(self.processors),
                                      runtime.options.max_record_bytes)
-        # The rules of partition time, expiry, sweeps, holding, seeds and forgetting are
-        # the core's (onceflow.partition), the same as replay's and Spark's.
+        # The rules of partition time, expiry, sweeps, holding (and the suspensions it
+        # recorded before a restart), seeds and forgetting are the core's
+        # (onceflow.partition), the same as replay's and Spark's.
         self.state = Partition(self.processors, self.holding, now)
-        for name, reason in self.holding.suspensions().items():
-            processor = self.processors[name]
-            processor.suspended = True
-            processor.suspended_reason = reason
         self.lock = asyncio.Lock()
         self.batch = SubBatch()
         self.outbox = Outbox()

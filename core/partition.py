@@ -77,6 +77,9 @@ class Holding(Protocol):
     def mark(self, trigger: str, reason: str | None) -> None:
         """Record that trigger is suspended for reason (None: no longer suspended)."""
 
+    def suspensions(self) -> dict[str, str]:
+        """The suspensions recorded (by mark) before this run: {trigger: reason}."""
+
 
 class HeldInMemory:
     """Held documents in lists (replay, tests, one Spark group): nothing is refused."""
@@ -98,9 +101,17 @@ class HeldInMemory:
     def mark(self, trigger: str, reason: str | None) -> None:
         """Nothing to record: a suspension lives as long as the processor."""
 
+    def suspensions(self) -> dict[str, str]:
+        """None: nothing outlives the run."""
+        return {}
+
 
 class Partition:
-    """Partition time and the state rules that follow it, for a partition's triggers."""
+    """Partition time and the state rules that follow it, for a partition's triggers.
+
+    The suspensions its holding recorded before (a worker's restart) hold again from the
+    start.
+    """
 
     def __init__(self, processors: dict[str, TriggerProcessor], holding: Holding,
                  now: Timestamp | None = None) -> None:
@@ -111,6 +122,10 @@ class Partition:
         self._history_processors = [p for p in processors.values() if p.history is not None]
         self._next_sweep: dict[str, int] = {}
         self._sweep_due = float("-inf")
+        for name, reason in holding.suspensions().items():
+            # Suspended before a restart (the worker's control table): suspended again,
+            # with no record (the suspension had its own) and nothing marked again.
+            processors[name].suspend(reason)
 
     # -- time -----------------------------------------------------------------------------
 
@@ -186,8 +201,7 @@ class Partition:
 
     def suspend(self, processor: TriggerProcessor, reason: str) -> None:
         """Suspend a trigger (a command, or a run that asked for it) and record why."""
-        processor.suspended = True
-        processor.suspended_reason = reason
+        processor.suspend(reason)
         self.holding.mark(processor.trigger.name, reason)
 
     def suspend_by_command(self, processor: TriggerProcessor,

@@ -120,6 +120,10 @@ class Refusing:
     def mark(self, trigger: str, reason: str | None) -> None:
         self.marks.append((trigger, reason))
 
+    def suspensions(self) -> dict[str, str]:
+        latest = dict(self.marks)
+        return {name: reason for name, reason in latest.items() if reason is not None}
+
 
 def test_holding_refuses_what_it_cannot_keep_and_resume_returns_the_rest_in_order() -> None:
     partition, _ = partition_for({"name": "t", "service": "scripted", "types": ["a"]})
@@ -251,3 +255,20 @@ def test_resubmitting_in_doubt_documents_removes_an_unreadable_value(only: str,
     state.history_store("t")["u-1"] = [0, 3, VERSION + 1]
     assert partition.forget("t", "u-1", only) is forgotten
     assert ("u-1" in state.history_store("t")) is not forgotten
+
+
+def test_a_partition_suspends_again_what_its_holding_recorded_before_a_restart() -> None:
+    tables = ({"name": "t", "service": "scripted", "types": ["a"]},
+              {"name": "u", "service": "scripted", "types": ["a"]})
+    before, _ = partition_for(*tables)
+    holding = Refusing(["t", "u"])
+    before.holding = holding
+    before.suspend(before.processors["t"], "by command")
+    before.suspend(before.processors["u"], "by a run")
+    before.resume(before.processors["u"], "go on")
+    fresh, _ = partition_for(*tables)  # a restart: new processors, the same control table
+    after = Partition(fresh.processors, holding)
+    assert after.processors["t"].suspended
+    assert after.processors["t"].suspended_reason == "by command"
+    assert not after.processors["u"].suspended
+    assert holding.marks == [("t", "by command"), ("u", "by a run"), ("u", None)]  # no mark
