@@ -23,7 +23,13 @@ from onceflow.history import (
 )
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_part, pair_key
-from onceflow.partition import HeldInMemory, Partition, routing_key, seed_route
+from onceflow.partition import (
+    ClockLimit,
+    HeldInMemory,
+    Partition,
+    routing_key,
+    seed_route,
+)
 from onceflow.runners import build_processors
 from onceflow.store import MemoryState
 from onceflow.triggers import parse_triggers
@@ -51,9 +57,31 @@ def test_partition_time_moves_only_forward_and_never_past_its_limit() -> None:
     journal: list[JournalRecord] = []
     assert partition.advance(100, journal) and partition.now == 100
     assert not partition.advance(50, journal) and partition.now == 100
-    assert partition.advance(10_000, journal, limit=500) and partition.now == 500
-    assert not partition.advance(10_000, journal, limit=400) and partition.now == 500
+    wall = [400]
+    partition.clock = ClockLimit(lambda: wall[0], 100, "the skew (0.1 s)")
+    assert partition.advance(10_000, journal) and partition.now == 500
+    wall[0] = 300
+    assert not partition.advance(10_000, journal) and partition.now == 500
     assert journal == []
+
+
+def test_the_clock_limit_refuses_a_time_resets_a_stored_one_and_says_why() -> None:
+    partition, _ = partition_for({"name": "t", "service": "scripted", "types": ["a"]})
+    assert partition.time_refused(10**15) is None  # no clock (replay, Spark): no limit
+    assert partition.start_at(10**15) is None and partition.now == 10**15
+    wall = 1_800_000_000_000
+    partition.clock = ClockLimit(lambda: wall, 60_000, "THE_SKEW (60 s)")
+    why = partition.start_at(wall + 60_001)  # stored beyond the limit: from the wall clock
+    assert partition.now == wall and why == (
+        "its time 2027-01-15T08:01:00Z (1800000060.001) is 60.001 s ahead of this worker's "
+        "clock, more than THE_SKEW (60 s): it would move partition time forward and expire "
+        "every open join of the partition")
+    assert partition.start_at(wall + 60_000) is None and partition.now == wall + 60_000
+    assert partition.time_refused(wall + 60_001) == why
+    assert partition.time_refused(wall + 60_000) is None
+    partition.now = wall + 70_000  # a record at or behind partition time moves nothing
+    assert partition.time_refused(wall + 61_000) is None
+    assert partition.time_refused(wall + 61_000, tick=True) is not None  # a tick: checked
 
 
 def test_a_join_expires_when_time_passes_its_deadline_and_on_a_late_record() -> None:
