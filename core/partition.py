@@ -15,7 +15,8 @@ memory.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping
 from typing import Protocol
 
 from .envelope import Document, Timestamp
@@ -113,6 +114,48 @@ class ClockLimit:
         return (f"its time {_clock_time(ts)} is {(ts - wall) / 1000:.6g} s ahead of this "
                 f"worker's clock, more than {self.name}: it would move partition time "
                 f"forward and expire every open join of the partition")
+
+
+class SweepHorizon:
+    """The time as of which a runner that may be handed records again sweeps history.
+
+    A history entry may only be swept once no record the runner may still be handed
+    again could see it: a record is judged on its own record time, and after a crash every
+    record whose offset was not committed is handed again.  So the horizon is the oldest
+    record time among the records handed whose offsets are not committed yet (None: there
+    are none), and `Partition.sweep_due` removes entries as of no later than it.  The
+    worker keeps one (agents/faust_app.py: Faust hands it the records and their commits);
+    replay and the Spark pipeline never sweep.
+    """
+
+    __slots__ = ("_handed",)
+
+    def __init__(self) -> None:
+        # Per topic partition (the runner's handle for it): (offset, record time), in order.
+        self._handed: dict[Hashable, deque[tuple[int, Timestamp]]] = {}
+
+    def handed(self, source: Hashable, offset: int, ts: Timestamp) -> None:
+        """A record handed to the runner: at `offset` of `source`, stamped ts."""
+        queue = self._handed.get(source)
+        if queue is None:
+            queue = self._handed[source] = deque()
+        queue.append((offset, ts))
+
+    def oldest(self, committed: Mapping[Hashable, int]) -> Timestamp | None:
+        """The horizon, given each source's committed offset (the next one to read).
+
+        The records before their source's committed offset are forgotten: they are never
+        handed again.
+        """
+        oldest: Timestamp | None = None
+        for source, queue in self._handed.items():
+            done = committed.get(source)
+            while queue and done is not None and queue[0][0] < done:
+                queue.popleft()
+            for _, ts in queue:
+                if oldest is None or ts < oldest:
+                    oldest = ts
+        return oldest
 
 
 class Holding(Protocol):
@@ -247,9 +290,9 @@ class Partition:
         """Sweep the history of each trigger whose sweep is due at now (or `force`: that one).
 
         A trigger's first sweep is due one history_sweep_interval after the first call.
-        Entries are removed as of `horizon` when it is earlier than now (the worker's
-        lowest partition time, so no partition loses an entry it can still see).
-        Returns how many entries were removed.
+        Entries are removed as of `horizon` when it is earlier than now (the oldest record
+        time the runner may still be handed again: see SweepHorizon, where the horizon is
+        described once).  Returns how many entries were removed.
         """
         if force is None and now < self._sweep_due:
             return 0

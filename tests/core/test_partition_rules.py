@@ -27,6 +27,7 @@ from onceflow.partition import (
     ClockLimit,
     HeldInMemory,
     Partition,
+    SweepHorizon,
     routing_key,
     seed_route,
 )
@@ -126,6 +127,18 @@ def test_sweeps_follow_each_triggers_interval_and_a_horizon_holds_them_back() ->
     assert "old" not in state.history_store("fast") and "old" in state.history_store("slow")
     assert partition.sweep_due(201_000, force="slow") == 1
     assert "old" not in state.history_store("slow")
+
+
+def test_the_sweep_horizon_is_the_oldest_time_of_the_records_not_committed_yet() -> None:
+    horizon = SweepHorizon()
+    assert horizon.oldest({}) is None
+    for offset, ts in enumerate([5_000, 1_000, 9_000]):
+        horizon.handed(("a", 0), offset, ts)
+    horizon.handed(("b", 0), 7, 3_000)
+    assert horizon.oldest({}) == 1_000  # nothing committed: any of them may come again
+    assert horizon.oldest({("a", 0): 2}) == 3_000  # offsets 0 and 1 are never handed again
+    assert horizon.oldest({("b", 0): 8}) == 9_000
+    assert horizon.oldest({("a", 0): 3, ("b", 0): 8}) is None
 
 
 # -- suspension ---------------------------------------------------------------------------
