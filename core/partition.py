@@ -107,9 +107,13 @@ class ClockLimit:
         self.skew = skew
         self.name = name
 
+    def latest(self, wall: Timestamp) -> Timestamp:
+        """The latest partition time allowed when the wall clock reads `wall`."""
+        return wall + self.skew
+
     def ahead(self, ts: Timestamp, wall: Timestamp) -> str | None:
         """Why ts is too far ahead of the wall clock at `wall`, or None."""
-        if ts <= wall + self.skew:
+        if ts <= self.latest(wall):
             return None
         return (f"its time {_clock_time(ts)} is {(ts - wall) / 1000:.6g} s ahead of this "
                 f"worker's clock, more than {self.name}: it would move partition time "
@@ -264,7 +268,7 @@ class Partition:
         if moved:
             clock = self.clock
             if clock is not None:
-                limit = clock.wall_clock() + clock.skew
+                limit = clock.latest(clock.wall_clock())
                 if ts > limit:
                     ts = limit
                     moved = now is None or ts > now
