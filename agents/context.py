@@ -103,8 +103,9 @@ class Shared:
         self.retry_sleep = sleep
         # Plain (`def`) services run here, never on the event loop (see batch.py).
         self._service_threads: ThreadPoolExecutor | None = None
-        # The oldest record time this worker may still be handed again (see sweep_horizon).
-        self.horizon: Callable[[], float | None] = lambda: None
+        # The history sweeps' horizon (onceflow.partition.SweepHorizon); the Faust app
+        # sets it, from the records it hands over and their commits.
+        self.horizon: Callable[[], int | None] = lambda: None
         # Why this worker can no longer be sure it owns its partitions (the group may have
         # given them to another worker), or None; the Faust app sets the consumer's check.
         self.ownership: Callable[[], str | None] = lambda: None
@@ -131,12 +132,10 @@ class Shared:
         return await asyncio.get_running_loop().run_in_executor(self._service_threads,
                                                                  function)
 
-    def sweep_horizon(self) -> float | None:
-        """History sweeps judge entries on no later time than this (None: partition time).
+    def sweep_horizon(self) -> int | None:
+        """History sweeps judge entries on no later time than this, in ms (None: no limit).
 
-        A history entry may only be swept once no record this worker may still be handed
-        again could see it: the worker's Faust layer reports the oldest record time among
-        the records it was handed whose offsets are not committed yet.
+        What it is and why: onceflow.partition.SweepHorizon.
         """
         return self.horizon()
 

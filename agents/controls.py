@@ -17,7 +17,7 @@ from onceflow.processor import TriggerProcessor
 from onceflow.tables.outbox import Outbox
 from onceflow.tables.state import PartitionStore
 
-from . import clock, limits, wire
+from . import limits, wire
 from .context import Shared
 
 MAX_APPLIED = 1000  # ids of admin controls a partition remembers (each for CONTROL_MAX_AGE)
@@ -65,7 +65,7 @@ class ControlMixin:
                     f"the tick message {self.where(delivery)} was not applied to partition "
                     f"{self.partition}: {exc}"))
                 return
-            ahead = clock.ahead(ts, self.rt.wall_clock(), self.rt.options.max_clock_skew)
+            ahead = self.state.time_refused(ts, tick=True)
             if ahead is not None:
                 self.bad_route_record(delivery, (
                     f"the tick message {self.where(delivery)} was not applied to partition "

@@ -23,7 +23,7 @@ import faust
 from aiokafka import AIOKafkaProducer
 from faust.types import TP
 from onceflow.calls import Callee
-from onceflow.partition import caught_up
+from onceflow.partition import SweepHorizon, caught_up
 from onceflow.tables.outbox import KafkaSender, Outbox
 from onceflow.tables.raw_partition import DictPartition, RawPartition, RocksPartition, StorageError
 from onceflow.triggers import TriggerSet
@@ -111,34 +111,6 @@ def raw_partitions(table: Any) -> Callable[[int], RawPartition]:
     return lambda partition: memory.setdefault(partition, DictPartition())
 
 
-class UncommittedTimes:
-    """Record times of records handed to this worker whose offsets are not committed yet."""
-
-    def __init__(self, app: faust.App) -> None:
-        self._app = app
-        self._handed: dict[Any, deque[tuple[int, float]]] = {}
-
-    def handed(self, tp: Any, offset: int, ts: float) -> None:
-        """Remember a record handed to the runtime."""
-        queue = self._handed.get(tp)
-        if queue is None:
-            queue = self._handed[tp] = deque()
-        queue.append((offset, ts))
-
-    def oldest(self) -> float | None:
-        """The oldest record time that may be handed again after a crash."""
-        committed = self._app.consumer._committed_offset
-        oldest: float | None = None
-        for tp, queue in self._handed.items():
-            done = committed.get(tp)
-            while queue and done is not None and queue[0][0] < done:
-                queue.popleft()
-            for _, ts in queue:
-                if oldest is None or ts < oldest:
-                    oldest = ts
-        return oldest
-
-
 # Faust's own web views: `/table/...` serves raw table contents (history entries, the
 # duplicate-ID cache, the documents of open joins, partition time), `/router/...` the
 # cluster's addresses and key owners, `/`, `/assignment/`, `/graph` and `/performance/`
@@ -173,9 +145,9 @@ def build_app(triggers: TriggerSet, callees: dict[str, tuple[Callee, Callee | No
     app.runtime = runtime
     app.health = Health(stuck_after=options.stuck_after)
     runtime.ownership = lambda: ownership_doubt(app)
-    uncommitted = UncommittedTimes(app)
+    uncommitted = SweepHorizon()  # the records handed, until Faust commits their offsets
     if options.history_sweeps:
-        runtime.horizon = uncommitted.oldest
+        runtime.horizon = lambda: uncommitted.oldest(app.consumer._committed_offset)
 
     async def consume(deliveries: list[wire.Delivery]) -> bool:
         """The two agents' work: ingress (input topics) and triggers (repartition topic).

@@ -105,24 +105,20 @@ class PartitionWorker(RejectMixin, ControlMixin):
         if type(now) is float:  # stored in seconds, before partition time was in ms
             now = record_time(now)
         self._stored_now = now
-        if now is not None:
-            wall = runtime.wall_clock()
-            ahead = clock.ahead(now, wall, runtime.options.max_clock_skew)
-            if ahead is not None:
-                # Stored before the limit existed (or this machine's clock went back):
-                # such a time would expire every join opened from now on.
-                log.warning("onceflow: partition %d: the stored partition time: %s; it "
-                            "starts again from the wall clock", partition, ahead)
-                now = clock.millis(wall)
         self.holding = HeldInControl(self.control, list(self.processors),
                                      runtime.options.max_record_bytes)
-        # The rules of partition time, expiry, sweeps, holding, seeds and forgetting are
-        # the core's (onceflow.partition), the same as replay's and Spark's.
-        self.state = Partition(self.processors, self.holding, now)
-        for name, reason in self.holding.suspensions().items():
-            processor = self.processors[name]
-            processor.suspended = True
-            processor.suspended_reason = reason
+        # The rules of partition time and its clock limit, expiry, sweeps, holding (and the
+        # suspensions it recorded before a restart), seeds and forgetting are the core's
+        # (onceflow.partition), the same as replay's and Spark's; the worker supplies its
+        # wall clock.
+        self.state = Partition(self.processors, self.holding, clock.clock_limit(
+            lambda: runtime.wall_clock(), runtime.options.max_clock_skew))
+        reset = self.state.start_at(now)
+        if reset is not None:
+            # Stored before the limit existed (or this machine's clock went back): such a
+            # time would expire every join opened from now on.
+            log.warning("onceflow: partition %d: the stored partition time: %s; it starts "
+                        "again from the wall clock", partition, reset)
         self.lock = asyncio.Lock()
         self.batch = SubBatch()
         self.outbox = Outbox()
@@ -187,11 +183,10 @@ class PartitionWorker(RejectMixin, ControlMixin):
     async def _input_record(self, delivery: wire.Delivery) -> None:
         rt = self.rt
         ts = delivery.ts
-        if self.now is None or ts > self.now:
-            ahead = clock.ahead(ts, rt.wall_clock(), rt.options.max_clock_skew)
-            if ahead is not None:
-                self._ahead_of_clock(delivery, ahead)
-                return
+        ahead = self.state.time_refused(ts)
+        if ahead is not None:
+            self._ahead_of_clock(delivery, ahead)
+            return
         if self.batch.suspending_runs and (self.now is None or ts > self.now):
             await self.settle()
         self._advance(ts)
@@ -427,14 +422,9 @@ class PartitionWorker(RejectMixin, ControlMixin):
     # -- time -------------------------------------------------------------------------
 
     def _advance(self, ts: int) -> None:
-        state = self.state
-        now = state.now
         # What reaches here was checked against the clock where it came in; a routed
         # document from a worker whose clock is ahead moves time only to the limit.
-        limit = None
-        if now is None or ts > now:
-            limit = clock.limit(self.rt.wall_clock(), self.rt.options.max_clock_skew)
-        state.advance(ts, self.journal, limit)
+        self.state.advance(ts, self.journal)
 
     def tick(self, ts: int) -> None:
         """Move partition time to ts (a clock tick or a live replay's time)."""

@@ -20,6 +20,7 @@ from .envelope import (
     parse_delivery_count,
 )
 from .journal import JournalRecord
+from .keys import dup_id_key, id_next_key, id_slot_key, partition_scope, redelivered_key
 from .outputs import Output, rejection
 from .store import Store
 from .triggers import TriggerDef, TriggerSet
@@ -87,7 +88,7 @@ class IdCache:
         self._store = store
         self._scope = scope
         self.size = size
-        self._next: int = store.get(scope + "#next") or 0
+        self._next: int = store.get(id_next_key(scope)) or 0
 
     def seen(self, dup_id: str, message_id: str, offset: int) -> bool:
         """Record dup_id; True when another record already carried it (drop this one).
@@ -95,30 +96,30 @@ class IdCache:
         `offset`: the offset the delivery is of (Record.delivered_offset).
         """
         store = self._store
-        id_key = self._scope + "|" + dup_id
+        id_key = dup_id_key(self._scope, dup_id)
         first = store.get(id_key)
         if first is not None:
             return not (len(first) > 2 and first[2] == offset)
         slot = self._next
-        slot_key = self._scope + "#" + str(slot)
+        slot_key = id_slot_key(self._scope, slot)
         evicted = store.get(slot_key)
         if evicted is not None:
-            del store[self._scope + "|" + evicted]
+            del store[dup_id_key(self._scope, evicted)]
         store[slot_key] = dup_id
         store[id_key] = [slot, message_id, offset]
         self._next = (slot + 1) % self.size
-        store[self._scope + "#next"] = self._next
+        store[id_next_key(self._scope)] = self._next
         return False
 
     def __contains__(self, dup_id: str) -> bool:
-        return self._store.get(self._scope + "|" + dup_id) is not None
+        return self._store.get(dup_id_key(self._scope, dup_id)) is not None
 
     def ids(self) -> list[str]:
         """The IDs held, oldest slot first (for views and tests)."""
         out = []
         for i in range(self.size):
             slot = (self._next + i) % self.size
-            value = self._store.get(self._scope + "#" + str(slot))
+            value = self._store.get(id_slot_key(self._scope, slot))
             if value is not None:
                 out.append(value)
         return out
@@ -198,7 +199,7 @@ class DeliveryCounter:
             highest = offset
         if delivered > highest:  # cannot be (delivered <= offset), but never count it
             return 1
-        again_key = scope + "#again"
+        again_key = redelivered_key(scope)
         stored = store.get(again_key)
         again: dict[str, int] = dict(stored) if stored else {}
         name = str(delivered)
@@ -237,7 +238,7 @@ class DeliveryCounter:
             scopes = self._scopes[topic] = {}
         scope = scopes.get(partition)
         if scope is None:
-            scope = scopes[partition] = f"{topic}/{partition}"
+            scope = scopes[partition] = partition_scope(topic, partition)
         return scope
 
 
@@ -272,7 +273,7 @@ class Ingress:
         if cache is None:
             settings = self.triggers.topic(topic)
             store = self._id_store(topic, settings.persist_id_cache)
-            cache = IdCache(store, f"{topic}/{partition}", settings.id_cache_size)
+            cache = IdCache(store, partition_scope(topic, partition), settings.id_cache_size)
             self._caches[key] = cache
         return cache
 

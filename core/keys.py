@@ -6,7 +6,9 @@ own store), and the Spark stage's grouping keys.  Parts are joined with the unit
 separator U+001F; inside a part, U+001E escapes itself and U+001F.  So two different
 lists of parts never give the same key, one part never gives the key of two, and a part
 holding neither character is written as it is: keys of ordinary ids are those of the
-plain join, as stored by earlier versions.
+plain join, as stored by earlier versions.  Ingress's duplicate-ID caches and delivery
+progress keep the older keys they were first stored with (`partition_scope`,
+`dup_id_key`, ...), built here too.
 """
 
 from __future__ import annotations
@@ -80,6 +82,42 @@ def split_state_key(key: str, limit: int = -1) -> list[str]:
         i += 1
     parts.append("".join(current))
     return parts
+
+
+# -- ingress's keys -------------------------------------------------------------------------
+# The duplicate-ID caches and the delivery progress (core/ingress.py) key their entries as
+# the first versions stored them, and these keys are on disk: they must not change.  Every
+# one starts with a topic partition's scope, "<topic>/<partition>"; a Kafka topic name
+# holds only letters, digits, ".", "_" and "-", so the scope ends at its last "/", and what
+# follows it ("|" before a dup-id, "#" before the cache's own entries) keeps the kinds apart.
+
+
+def partition_scope(topic: str, partition: int) -> str:
+    """The scope of a topic partition's ingress keys: "<topic>/<partition>".
+
+    Alone, it is the key of the highest offset ingress started on that partition.
+    """
+    return f"{topic}/{partition}"
+
+
+def dup_id_key(scope: str, dup_id: str) -> str:
+    """The duplicate-ID cache's entry of one dup-id: "<scope>|<dup-id>"."""
+    return scope + "|" + dup_id
+
+
+def id_slot_key(scope: str, slot: int) -> str:
+    """The duplicate-ID cache's slot `slot` (the dup-id it holds): "<scope>#<slot>"."""
+    return scope + "#" + str(slot)
+
+
+def id_next_key(scope: str) -> str:
+    """The duplicate-ID cache's next slot to write: "<scope>#next"."""
+    return scope + "#next"
+
+
+def redelivered_key(scope: str) -> str:
+    """The redelivered offsets of a partition, with their counts: "<scope>#again"."""
+    return scope + "#again"
 
 
 # -- Kafka's default partitioner ------------------------------------------------------------

@@ -14,6 +14,9 @@ memory.
 
 from __future__ import annotations
 
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping
 from typing import Protocol
 
 from .envelope import Document, Timestamp
@@ -65,6 +68,100 @@ def caught_up(highwater: int | None, last_read: int | None) -> bool:
     return highwater - 1 <= (-1 if last_read is None else last_read)
 
 
+def _clock_time(ts: Timestamp) -> str:
+    """A record time in ms for a message: ISO 8601 in UTC, with the seconds it stands for."""
+    try:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts / 1000))
+    except (OverflowError, OSError, ValueError):
+        return f"{ts!r} ms"
+    return f"{stamp} ({ts / 1000:.3f})"
+
+
+class ClockLimit:
+    """How far partition time may run ahead of a runner's wall clock (the worker's).
+
+    Partition time is the newest record time seen on the partition, and it is stored: one
+    record stamped in year 9999 would expire every join opened on that partition afterwards,
+    after every restart too.  So a partition with a clock limit never moves its time past
+    the wall clock plus the skew:
+
+    - a time beyond it is refused where it comes in (`Partition.time_refused`): the worker
+      makes an input record `bad-input` at ingress, and a tick `bad-input` on the
+      repartition topic;
+    - a time that comes in all the same (a routed document whose ingress worker's clock is
+      ahead of this one's) is decided on its own time, and moves partition time only up to
+      the limit (`Partition.advance`);
+    - a stored partition time beyond it (written before this limit existed, or this
+      machine's clock went back) starts again from the wall clock (`Partition.start_at`).
+
+    Replay and the Spark pipeline run on the scenario's time, which has no wall clock to be
+    ahead of: their partitions have no limit.  `wall_clock` reads the clock in ms, `skew`
+    is in ms, and `name` is how a message names the setting (with its value).
+    """
+
+    __slots__ = ("wall_clock", "skew", "name")
+
+    def __init__(self, wall_clock: Callable[[], Timestamp], skew: Timestamp,
+                 name: str) -> None:
+        self.wall_clock = wall_clock
+        self.skew = skew
+        self.name = name
+
+    def latest(self, wall: Timestamp) -> Timestamp:
+        """The latest partition time allowed when the wall clock reads `wall`."""
+        return wall + self.skew
+
+    def ahead(self, ts: Timestamp, wall: Timestamp) -> str | None:
+        """Why ts is too far ahead of the wall clock at `wall`, or None."""
+        if ts <= self.latest(wall):
+            return None
+        return (f"its time {_clock_time(ts)} is {(ts - wall) / 1000:.6g} s ahead of this "
+                f"worker's clock, more than {self.name}: it would move partition time "
+                f"forward and expire every open join of the partition")
+
+
+class SweepHorizon:
+    """The time as of which a runner that may be handed records again sweeps history.
+
+    A history entry may only be swept once no record the runner may still be handed
+    again could see it: a record is judged on its own record time, and after a crash every
+    record whose offset was not committed is handed again.  So the horizon is the oldest
+    record time among the records handed whose offsets are not committed yet (None: there
+    are none), and `Partition.sweep_due` removes entries as of no later than it.  The
+    worker keeps one (agents/faust_app.py: Faust hands it the records and their commits);
+    replay and the Spark pipeline never sweep.
+    """
+
+    __slots__ = ("_handed",)
+
+    def __init__(self) -> None:
+        # Per topic partition (the runner's handle for it): (offset, record time), in order.
+        self._handed: dict[Hashable, deque[tuple[int, Timestamp]]] = {}
+
+    def handed(self, source: Hashable, offset: int, ts: Timestamp) -> None:
+        """A record handed to the runner: at `offset` of `source`, stamped ts."""
+        queue = self._handed.get(source)
+        if queue is None:
+            queue = self._handed[source] = deque()
+        queue.append((offset, ts))
+
+    def oldest(self, committed: Mapping[Hashable, int]) -> Timestamp | None:
+        """The horizon, given each source's committed offset (the next one to read).
+
+        The records before their source's committed offset are forgotten: they are never
+        handed again.
+        """
+        oldest: Timestamp | None = None
+        for source, queue in self._handed.items():
+            done = committed.get(source)
+            while queue and done is not None and queue[0][0] < done:
+                queue.popleft()
+            for _, ts in queue:
+                if oldest is None or ts < oldest:
+                    oldest = ts
+        return oldest
+
+
 class Holding(Protocol):
     """Where a partition keeps the documents of its suspended triggers."""
 
@@ -76,6 +173,9 @@ class Holding(Protocol):
 
     def mark(self, trigger: str, reason: str | None) -> None:
         """Record that trigger is suspended for reason (None: no longer suspended)."""
+
+    def suspensions(self) -> dict[str, str]:
+        """The suspensions recorded (by mark) before this run: {trigger: reason}."""
 
 
 class HeldInMemory:
@@ -98,34 +198,80 @@ class HeldInMemory:
     def mark(self, trigger: str, reason: str | None) -> None:
         """Nothing to record: a suspension lives as long as the processor."""
 
+    def suspensions(self) -> dict[str, str]:
+        """None: nothing outlives the run."""
+        return {}
+
 
 class Partition:
-    """Partition time and the state rules that follow it, for a partition's triggers."""
+    """Partition time and the state rules that follow it, for a partition's triggers.
+
+    The suspensions its holding recorded before (a worker's restart) hold again from the
+    start.
+    """
 
     def __init__(self, processors: dict[str, TriggerProcessor], holding: Holding,
-                 now: Timestamp | None = None) -> None:
+                 clock: ClockLimit | None = None) -> None:
         self.processors = processors
         self.holding = holding
-        self.now: Timestamp | None = now  # partition time, in ms
+        self.clock = clock
+        self.now: Timestamp | None = None  # partition time, in ms
         self._joins = [(p, p.joins) for p in processors.values() if p.joins is not None]
         self._history_processors = [p for p in processors.values() if p.history is not None]
         self._next_sweep: dict[str, int] = {}
         self._sweep_due = float("-inf")
+        for name, reason in holding.suspensions().items():
+            # Suspended before a restart (the worker's control table): suspended again,
+            # with no record (the suspension had its own) and nothing marked again.
+            processors[name].suspend(reason)
 
     # -- time -----------------------------------------------------------------------------
 
-    def advance(self, ts: Timestamp, journal: list[JournalRecord],
-                limit: Timestamp | None = None) -> bool:
-        """Move partition time to ts (never back, never past limit); expire what is due.
+    def start_at(self, stored: Timestamp | None) -> str | None:
+        """Partition time as stored; None: it was, else why it starts from the wall clock.
+
+        A stored time beyond the clock limit starts again from the wall clock.
+        """
+        self.now = stored
+        clock = self.clock
+        if stored is None or clock is None:
+            return None
+        wall = clock.wall_clock()
+        why = clock.ahead(stored, wall)
+        if why is not None:
+            self.now = wall
+        return why
+
+    def time_refused(self, ts: Timestamp, tick: bool = False) -> str | None:
+        """Why a record's time (or a tick's) may not come in, or None: it may.
+
+        Only a time beyond the clock limit is refused.  A record at or behind partition
+        time moves nothing and always comes in; a tick is checked whatever partition time.
+        """
+        clock = self.clock
+        if clock is None:
+            return None
+        now = self.now
+        if not tick and now is not None and ts <= now:
+            return None
+        return clock.ahead(ts, clock.wall_clock())
+
+    def advance(self, ts: Timestamp, journal: list[JournalRecord]) -> bool:
+        """Move partition time to ts (never back, never past the clock limit); expire what is due.
 
         A record at or behind partition time (a late record) moves nothing, but may have
         opened a join whose deadline is already behind it: that join expires here too.
         Returns whether time moved.
         """
-        if limit is not None and ts > limit:
-            ts = limit
         now = self.now
         moved = now is None or ts > now
+        if moved:
+            clock = self.clock
+            if clock is not None:
+                limit = clock.latest(clock.wall_clock())
+                if ts > limit:
+                    ts = limit
+                    moved = now is None or ts > now
         if moved:
             self.now = now = ts
         if now is not None:
@@ -148,9 +294,9 @@ class Partition:
         """Sweep the history of each trigger whose sweep is due at now (or `force`: that one).
 
         A trigger's first sweep is due one history_sweep_interval after the first call.
-        Entries are removed as of `horizon` when it is earlier than now (the worker's
-        lowest partition time, so no partition loses an entry it can still see).
-        Returns how many entries were removed.
+        Entries are removed as of `horizon` when it is earlier than now (the oldest record
+        time the runner may still be handed again: see SweepHorizon, where the horizon is
+        described once).  Returns how many entries were removed.
         """
         if force is None and now < self._sweep_due:
             return 0
@@ -186,8 +332,7 @@ class Partition:
 
     def suspend(self, processor: TriggerProcessor, reason: str) -> None:
         """Suspend a trigger (a command, or a run that asked for it) and record why."""
-        processor.suspended = True
-        processor.suspended_reason = reason
+        processor.suspend(reason)
         self.holding.mark(processor.trigger.name, reason)
 
     def suspend_by_command(self, processor: TriggerProcessor,

@@ -437,9 +437,13 @@ class TriggerProcessor:
         self.suspended_reason = ""
         return JournalRecord(self.trigger.name, J.RESUMED, None, None, ts, reason=reason)
 
-    def _suspend(self, doc: Document, reason: str, sink: Sink) -> _Held:
+    def suspend(self, reason: str) -> None:
+        """Hold every document from now on, for reason (Partition.suspend records it)."""
         self.suspended = True
         self.suspended_reason = reason
+
+    def _suspend(self, doc: Document, reason: str, sink: Sink) -> _Held:
+        self.suspend(reason)
         sink.journal.append(self._record(doc, J.SUSPENDED, reason))
         return HELD
 

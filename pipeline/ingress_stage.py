@@ -121,7 +121,7 @@ class _IngressTask:
         loads = marshal.loads
         summaries: list[tuple[int, Any]] = []
         block: int | None = None
-        entries: list[tuple[int, float, Any]] = []
+        entries: list[tuple[int, int, Any]] = []
         for kinds, blocks, topics, partitions, datas in row_slices(batches, (0, 1, 2, 3, 4)):
             for kind, row_block, topic, partition, data in zip(
                     kinds, blocks, topics, partitions, datas, strict=True):
@@ -156,7 +156,7 @@ class _IngressTask:
         if len(self.out):
             yield self.out.batch()
 
-    def _block(self, block: Any, entries: list[tuple[int, float, Any]]) -> None:
+    def _block(self, block: Any, entries: list[tuple[int, int, Any]]) -> None:
         """Admit one block's records in position order; route documents by vpart."""
         entries.sort(key=itemgetter(0))  # sorted pieces: timsort merges the runs
         table = self.slots.table
@@ -166,7 +166,7 @@ class _IngressTask:
         ingress = self.ingress
         offsets = self.offsets
         journal: list[JournalRecord] = []
-        by_vpart: dict[int, list[tuple[int, int, float | None, Any]]] = {}
+        by_vpart: dict[int, list[tuple[int, int, int | None, Any]]] = {}
         for pos, w, item in entries:
             try:
                 record = parse_record_line(item, offsets)

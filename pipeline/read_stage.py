@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from onceflow.envelope import record_time
+from onceflow.envelope import Timestamp, record_time
 from onceflow.errors import ScenarioError
 from onceflow.scenario import Control, InputOffsets, parse_control_line, parse_record_line
 
@@ -41,7 +41,7 @@ class _Blocks:
 
     def __init__(self) -> None:
         self.columns: tuple[list[Any], ...] = ([], [], [], [], [])
-        self.groups: dict[tuple[str, int], list[tuple[int, float, Any]]] = {}
+        self.groups: dict[tuple[str, int], list[tuple[int, Timestamp, Any]]] = {}
         self.malformed: list[tuple[int, str, str, str]] = []
         # Offsets that a line of this block redelivers without its value, per partition.
         self.wanted: dict[tuple[str, int], list[int]] = {}
@@ -69,11 +69,11 @@ class _Blocks:
         self.wanted = {}
         self.block = None
 
-    def summary(self, first: int, newest: float) -> None:
+    def summary(self, first: int, newest: Timestamp) -> None:
         """A split's first position and newest record time."""
         self._row(SUMMARY, first, None, None, marshal.dumps(newest))
 
-    def control(self, pos: int, control: Control, newest: float) -> None:
+    def control(self, pos: int, control: Control, newest: Timestamp) -> None:
         """A control line (an operator's command) at its position.
 
         With the split's newest record time up to it; every task of the trigger stage
@@ -105,7 +105,10 @@ class _Splits:
         self.rank_base = 0
         self.base = 0
         self.row = 0
-        self.high = float("-inf")
+        # The newest record time of the split so far, as the core has it (record_time's
+        # ms): every stage after this one carries it so, and the trigger stage moves
+        # partition time on it as replay does (None: no record yet).
+        self.high: Timestamp | None = None
 
     def enter(self, file: str, start: int, first_row: int, out: _Blocks) -> None:
         """A row of another split than the last one: close the last, open this one.
@@ -122,12 +125,12 @@ class _Splits:
         self.rank_base = rank << RANK_SHIFT
         self.base = self.rank_base + first_row
         self.row = 0
-        self.high = float("-inf")
+        self.high = None
 
     def close(self, out: _Blocks) -> None:
         """Close the block and write the summary of the current split."""
         out.close_block()
-        if self.file is not None and self.high > float("-inf"):
+        if self.file is not None and self.high is not None:
             out.summary(self.base, self.high)
         self.file = None
 
@@ -153,9 +156,10 @@ def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str | bytes
         except ScenarioError as exc:
             reason = str(exc)
         else:
-            if control.ts > splits.high:  # a command moves time as a record does
-                splits.high = control.ts
-            out.control(pos, control, float(splits.high))
+            high = splits.high
+            if high is None or control.ts > high:  # a command moves time as a record does
+                high = splits.high = control.ts
+            out.control(pos, control, high)
             return
     elif type(item) is dict:
         ts = item.get("ts")
@@ -199,12 +203,13 @@ def _looks_wrong(item: dict[str, Any]) -> bool:
 def _add(item: dict[str, Any], ts: Any, topic: Any, partition: int, pos: int,
          splits: _Splits, out: _Blocks) -> None:
     ts = record_time(ts)  # partition time moves on the times the core decides on
-    if ts > splits.high:
-        splits.high = ts
+    high = splits.high
+    if high is None or ts > high:
+        high = splits.high = ts
     group = out.groups.get((topic, partition))
     if group is None:
         group = out.groups[(topic, partition)] = []
-    group.append((pos, float(splits.high), item))
+    group.append((pos, high, item))
     if "value" not in item and "raw" not in item:
         # A redelivery that leaves its value out: the stages after this one keep the
         # value of that offset (and no other), since the line that had it comes earlier.

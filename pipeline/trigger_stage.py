@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from onceflow.envelope import Document
+from onceflow.envelope import Document, Timestamp
 from onceflow.journal import JournalRecord
 from onceflow.processor import Sink
 from onceflow.runners import TriggerRunner, load_callees
@@ -45,16 +45,20 @@ BATCH_ROWS = 10_000
 
 
 class SplitTimes:
-    """Partition time at any position, from the newest time of every split."""
+    """Partition time at any position, from the newest time of every split.
+
+    Times are the core's (record_time's ms, made by the read stage), so partition time
+    here is the replay's at the same record, with nothing converted on the way.
+    """
 
     def __init__(self) -> None:
-        self._splits: dict[int, float] = {}
+        self._splits: dict[int, Timestamp] = {}
         self.starts: list[int] = []
-        self.before: list[float] = []  # newest time of all earlier splits
-        self.end: float | None = None  # newest time of the whole input
+        self.before: list[Timestamp | None] = []  # newest time of all earlier splits
+        self.end: Timestamp | None = None  # newest time of the whole input
         # Control lines by position: (ts, action, trigger, newest time of its split up to
         # it, the vpart of the task that journals it).
-        self.controls: dict[int, tuple[int, str, str, float, int]] = {}
+        self.controls: dict[int, tuple[Timestamp, str, str, Timestamp, int]] = {}
 
     def add(self, splits: list[tuple[int, Any]]) -> None:
         """Merge split summaries (each task gets them once per replica)."""
@@ -65,17 +69,24 @@ class SplitTimes:
                 self._splits[start] = summary
         self.starts = sorted(self._splits)
         self.before = []
-        newest = float("-inf")
+        newest: Timestamp | None = None
         for start in self.starts:
             self.before.append(newest)
-            newest = max(newest, self._splits[start])
-        self.end = newest if self._splits else None
+            ts = self._splits[start]
+            if newest is None or ts > newest:
+                newest = ts
+        self.end = newest
 
-    def at(self, pos: int, newest_in_split: float) -> float:
+    def at(self, pos: int, newest_in_split: Timestamp) -> Timestamp:
         """Partition time at a position, given the newest time of its split up to it."""
         split = bisect_right(self.starts, pos) - 1
-        earlier = self.before[split] if split >= 0 else float("-inf")
-        return earlier if earlier > newest_in_split else newest_in_split
+        earlier = self.before[split] if split >= 0 else None
+        return later(earlier, newest_in_split)
+
+
+def later(earlier: Timestamp | None, ts: Timestamp) -> Timestamp:
+    """Partition time after ts, given the newest time before it (None: none)."""
+    return earlier if earlier is not None and earlier > ts else ts
 
 
 class TriggerStage:
@@ -129,7 +140,7 @@ class TriggerStage:
         task = _TriggerTask(engine, book, [t.name for t in triggers.triggers], self.cutoffs)
         loads = marshal.loads
         block: int | None = None
-        entries: list[tuple[int, int, float | None, Any]] = []
+        entries: list[tuple[int, int, Timestamp | None, Any]] = []
         for kinds, vparts, blocks, datas in row_slices(batches, (0, 1, 2, 3)):
             for kind, vpart, row_block, data in zip(kinds, vparts, blocks, datas, strict=True):
                 if kind == SUMMARY:
@@ -193,11 +204,11 @@ class _TriggerTask:
                 if not processor.suspended:  # its own run suspended it in this task
                     self.engine.partition.suspend(processor, "suspended by a run")
 
-    def _control(self, pos: int, ts: int, action: str, trigger: str, newest: float,
-                 journals: int) -> None:
+    def _control(self, pos: int, ts: Timestamp, action: str, trigger: str,
+                 newest: Timestamp, journals: int) -> None:
         """An operator's suspend or resume, as replay applies it (Engine.command)."""
         engine, sink = self.engine, self.sink
-        engine.partition.advance(round(self.times.at(pos, newest)), sink.journal)
+        engine.partition.advance(self.times.at(pos, newest), sink.journal)
         processor = engine.processors.get(trigger)
         if processor is None:
             return  # replay refuses such a scenario; the pipeline goes on without it
@@ -216,7 +227,7 @@ class _TriggerTask:
                 self.book.position = document.position
                 engine.run_document(trigger, document, sink)
 
-    def block(self, entries: list[tuple[int, int, float | None, Any]]) -> None:
+    def block(self, entries: list[tuple[int, int, Timestamp | None, Any]]) -> None:
         """Run one block's documents in position order (pieces merged by a stable sort)."""
         entries.sort(key=itemgetter(0))
         times = self.times
@@ -224,7 +235,8 @@ class _TriggerTask:
         engine, sink, names = self.engine, self.sink, self.names
         book = self.book
         expire_due, run_document = engine.expire_due, engine.run_document
-        next_start, earlier = float("-inf"), float("-inf")
+        next_start = float("-inf")
+        earlier: Timestamp | None = None
         controls = self.times.controls
         for pos, index, w, fields in entries:
             if self.cuts or controls:
@@ -239,11 +251,10 @@ class _TriggerTask:
             # Partition time: the newest time of earlier splits, or of this split so far.
             if pos >= next_start:
                 split = bisect_right(starts, pos) - 1
-                earlier = before[split] if split >= 0 else float("-inf")
+                earlier = before[split] if split >= 0 else None
                 next_start = starts[split + 1] if split + 1 < len(starts) else float("inf")
             assert w is not None
-            # Times travel as floats (whole ms, exact); the core takes them as ints.
-            expire_due(int(earlier if earlier > w else w), sink)
+            expire_due(later(earlier, w), sink)
             document = Document(*fields)
             book.position = pos
             run_document(names[index], document, sink)
@@ -253,7 +264,7 @@ class _TriggerTask:
         """Expire what the end of the input expires; report held documents."""
         self._before(float("inf"))
         if self.times.end is not None:
-            self.engine.expire_due(int(self.times.end), self.sink)
+            self.engine.expire_due(self.times.end, self.sink)
         self._drain()
         for name, documents in self.engine.held.items():
             self.held.extend((name, document) for document in documents)

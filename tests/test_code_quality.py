@@ -204,3 +204,71 @@ def test_no_module_is_longer_than_500_lines() -> None:
             for path in (ROOT / folder).glob("*.py")
             if (n := len(path.read_text().splitlines())) > 500}
     assert not long, long
+
+
+# The rules of one partition (issue 27): each is written in its core home alone, and the
+# runners drive it.  A pattern that writes a rule -> the files that may hold it.
+RULE_HOMES = {
+    # a trigger's suspension: TriggerProcessor.suspend and resume set the flags; the worker
+    # and Spark suspend through Partition (suspend, suspend_by_command, the restart's
+    # restore from the Holding)
+    r"\.suspended(_reason)?\s*=(?!=)": {"core/processor.py"},
+    # the clock limit: its decision and its message (ClockLimit.ahead)
+    r"worker's clock, more than": {"core/partition.py"},
+    r"\bClockLimit\(": {"core/partition.py", "agents/clock.py"},
+    # the sweep horizon: computed by SweepHorizon, and described there once
+    r"\bSweepHorizon\(": {"core/partition.py", "agents/faust_app.py"},
+    r"lowest partition time": set(),
+    # key separators and ingress's stored keys: core/keys.py
+    r"\bdef (partition_scope|dup_id_key|id_slot_key|id_next_key|redelivered_key)\(":
+        {"core/keys.py"},
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(RULE_HOMES))
+def test_partition_rules_are_written_only_in_their_core_homes(pattern: str) -> None:
+    import re
+
+    found = {str(path.relative_to(ROOT)) for path in source_files()
+             if re.search(pattern, path.read_text(encoding="utf-8"))}
+    assert found <= RULE_HOMES[pattern], found - RULE_HOMES[pattern]
+
+
+# What a runner's module must call (the core home of a rule), and what it must not write
+# itself: file -> (patterns that must be there, patterns that must not).
+RULE_CALLS = {
+    # the clock limit: the worker's ingress and load, and its ticks, ask the core
+    "agents/partition_worker.py": ([r"\.time_refused\(ts\)", r"\.start_at\(",
+                                    r"clock\.clock_limit\(", r"\.sweep_due\(now, self\.rt\."
+                                    r"sweep_horizon\(\)"],
+                                   [r"\.suspended\s*=", r"\bclock\.(ahead|limit)\(",
+                                    r"skew\s*[+<>]"]),
+    "agents/controls.py": ([r"\.time_refused\(ts, tick=True\)"],
+                           [r"\bclock\.", r"max_clock_skew", r"wall_clock\(\)\s*\+"]),
+    # the worker's side of the clock: its wall clock and the setting, no decision
+    "agents/clock.py": ([r"\bClockLimit\("],
+                        [r"def ahead\b", r"def limit\b", r"[<>]=?\s*\w*limit"]),
+    # the sweep horizon: the Faust app hands records and commits to the core's SweepHorizon
+    "agents/faust_app.py": ([r"\bSweepHorizon\(\)",
+                             r"\.oldest\(app\.consumer\._committed_offset\)"],
+                            [r"_committed_offset\.get\(", r"class \w*Uncommitted"]),
+    # Spark moves partition time on the core's record times (record_time, in the read
+    # stage), converting nothing
+    "pipeline/read_stage.py": ([r"\brecord_time\("], [r"float\(splits\.high"]),
+    "pipeline/trigger_stage.py": ([r"\.partition\.advance\(", r"\.partition\.suspend\("],
+                                  [r"\bround\(", r"\bint\(", r"\.suspended\s*="]),
+    # ingress's keys come from core/keys.py: no separator of its own
+    "core/ingress.py": ([r"\bdup_id_key\(", r"\bid_slot_key\(", r"\bpartition_scope\("],
+                        [r"""["'][|#]""", r"""\+\s*["'][|#/]""", r"\{topic\}/\{partition\}"]),
+}
+
+
+@pytest.mark.parametrize("path", sorted(RULE_CALLS))
+def test_runners_call_the_core_home_of_each_rule(path: str) -> None:
+    import re
+
+    text = (ROOT / path).read_text(encoding="utf-8")
+    required, forbidden = RULE_CALLS[path]
+    missing = [pattern for pattern in required if not re.search(pattern, text)]
+    written = [pattern for pattern in forbidden if re.search(pattern, text, re.MULTILINE)]
+    assert not missing and not written, f"{path}: missing {missing}, writes {written}"

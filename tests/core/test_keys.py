@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 from onceflow.history import entry_key, history_key
-from onceflow.keys import key_prefix, pair_key, split_state_key, state_key
+from onceflow.ingress import DeliveryCounter, IdCache
+from onceflow.keys import (
+    dup_id_key,
+    id_next_key,
+    id_slot_key,
+    key_prefix,
+    pair_key,
+    partition_scope,
+    redelivered_key,
+    split_state_key,
+    state_key,
+)
 
 # Strings rich in the separator and its escape.
 PARTS = st.text(alphabet=["a", "\x1e", "\x1f", ":", "é"], max_size=6)
@@ -53,3 +66,28 @@ def test_prefixed_keys_of_two_stores_never_meet(p1: str, k1: str, p2: str, k2: s
 def test_history_keys_split_back(identity: str, activation: str) -> None:
     assert split_state_key(history_key(identity, activation)) == [activation, identity]
     assert split_state_key(history_key(identity)) == [identity]
+
+
+def test_ingress_keys_stay_as_they_are_stored_on_disk() -> None:
+    # The worker's ingress table holds these (after key_prefix("ids") or "progress"): a
+    # change would forget every cached dup-id and delivery count of a running deployment.
+    scope = partition_scope("orders", 3)
+    assert scope == "orders/3"
+    assert dup_id_key(scope, "d|1#2") == "orders/3|d|1#2"
+    assert id_slot_key(scope, 17) == "orders/3#17"
+    assert id_next_key(scope) == "orders/3#next"
+    assert redelivered_key(scope) == "orders/3#again"
+
+
+def test_the_duplicate_id_cache_and_delivery_counts_write_exactly_those_keys() -> None:
+    ids: dict[str, Any] = {}
+    cache = IdCache(ids, partition_scope("t", 0), 2)
+    for offset, dup_id in enumerate(["d1", "d2", "d3"]):
+        cache.seen(dup_id, f"t/0@{offset}", offset)
+    assert ids == {"t/0|d2": [1, "t/0@1", 1], "t/0|d3": [0, "t/0@2", 2],
+                   "t/0#0": "d3", "t/0#1": "d2", "t/0#next": 1}
+    progress: dict[str, Any] = {}
+    counter = DeliveryCounter(progress)
+    counter.derive("t", 0, 5)
+    counter.derive("t", 0, 5)
+    assert progress == {"t/0": 5, "t/0#again": {"5": 1}}

@@ -23,7 +23,14 @@ from onceflow.history import (
 )
 from onceflow.journal import JournalRecord
 from onceflow.keys import key_part, pair_key
-from onceflow.partition import HeldInMemory, Partition, routing_key, seed_route
+from onceflow.partition import (
+    ClockLimit,
+    HeldInMemory,
+    Partition,
+    SweepHorizon,
+    routing_key,
+    seed_route,
+)
 from onceflow.runners import build_processors
 from onceflow.store import MemoryState
 from onceflow.triggers import parse_triggers
@@ -51,9 +58,31 @@ def test_partition_time_moves_only_forward_and_never_past_its_limit() -> None:
     journal: list[JournalRecord] = []
     assert partition.advance(100, journal) and partition.now == 100
     assert not partition.advance(50, journal) and partition.now == 100
-    assert partition.advance(10_000, journal, limit=500) and partition.now == 500
-    assert not partition.advance(10_000, journal, limit=400) and partition.now == 500
+    wall = [400]
+    partition.clock = ClockLimit(lambda: wall[0], 100, "the skew (0.1 s)")
+    assert partition.advance(10_000, journal) and partition.now == 500
+    wall[0] = 300
+    assert not partition.advance(10_000, journal) and partition.now == 500
     assert journal == []
+
+
+def test_the_clock_limit_refuses_a_time_resets_a_stored_one_and_says_why() -> None:
+    partition, _ = partition_for({"name": "t", "service": "scripted", "types": ["a"]})
+    assert partition.time_refused(10**15) is None  # no clock (replay, Spark): no limit
+    assert partition.start_at(10**15) is None and partition.now == 10**15
+    wall = 1_800_000_000_000
+    partition.clock = ClockLimit(lambda: wall, 60_000, "THE_SKEW (60 s)")
+    why = partition.start_at(wall + 60_001)  # stored beyond the limit: from the wall clock
+    assert partition.now == wall and why == (
+        "its time 2027-01-15T08:01:00Z (1800000060.001) is 60.001 s ahead of this worker's "
+        "clock, more than THE_SKEW (60 s): it would move partition time forward and expire "
+        "every open join of the partition")
+    assert partition.start_at(wall + 60_000) is None and partition.now == wall + 60_000
+    assert partition.time_refused(wall + 60_001) == why
+    assert partition.time_refused(wall + 60_000) is None
+    partition.now = wall + 70_000  # a record at or behind partition time moves nothing
+    assert partition.time_refused(wall + 61_000) is None
+    assert partition.time_refused(wall + 61_000, tick=True) is not None  # a tick: checked
 
 
 def test_a_join_expires_when_time_passes_its_deadline_and_on_a_late_record() -> None:
@@ -100,6 +129,18 @@ def test_sweeps_follow_each_triggers_interval_and_a_horizon_holds_them_back() ->
     assert "old" not in state.history_store("slow")
 
 
+def test_the_sweep_horizon_is_the_oldest_time_of_the_records_not_committed_yet() -> None:
+    horizon = SweepHorizon()
+    assert horizon.oldest({}) is None
+    for offset, ts in enumerate([5_000, 1_000, 9_000]):
+        horizon.handed(("a", 0), offset, ts)
+    horizon.handed(("b", 0), 7, 3_000)
+    assert horizon.oldest({}) == 1_000  # nothing committed: any of them may come again
+    assert horizon.oldest({("a", 0): 2}) == 3_000  # offsets 0 and 1 are never handed again
+    assert horizon.oldest({("b", 0): 8}) == 9_000
+    assert horizon.oldest({("a", 0): 3, ("b", 0): 8}) is None
+
+
 # -- suspension ---------------------------------------------------------------------------
 
 class Refusing:
@@ -119,6 +160,10 @@ class Refusing:
 
     def mark(self, trigger: str, reason: str | None) -> None:
         self.marks.append((trigger, reason))
+
+    def suspensions(self) -> dict[str, str]:
+        latest = dict(self.marks)
+        return {name: reason for name, reason in latest.items() if reason is not None}
 
 
 def test_holding_refuses_what_it_cannot_keep_and_resume_returns_the_rest_in_order() -> None:
@@ -251,3 +296,20 @@ def test_resubmitting_in_doubt_documents_removes_an_unreadable_value(only: str,
     state.history_store("t")["u-1"] = [0, 3, VERSION + 1]
     assert partition.forget("t", "u-1", only) is forgotten
     assert ("u-1" in state.history_store("t")) is not forgotten
+
+
+def test_a_partition_suspends_again_what_its_holding_recorded_before_a_restart() -> None:
+    tables = ({"name": "t", "service": "scripted", "types": ["a"]},
+              {"name": "u", "service": "scripted", "types": ["a"]})
+    before, _ = partition_for(*tables)
+    holding = Refusing(["t", "u"])
+    before.holding = holding
+    before.suspend(before.processors["t"], "by command")
+    before.suspend(before.processors["u"], "by a run")
+    before.resume(before.processors["u"], "go on")
+    fresh, _ = partition_for(*tables)  # a restart: new processors, the same control table
+    after = Partition(fresh.processors, holding)
+    assert after.processors["t"].suspended
+    assert after.processors["t"].suspended_reason == "by command"
+    assert not after.processors["u"].suspended
+    assert holding.marks == [("t", "by command"), ("u", "by a run"), ("u", None)]  # no mark
