@@ -168,11 +168,8 @@ class TriggerRunner:
         if record is not None:
             out.journal.append(record)
         definition = processor.trigger
-        for document in held:
-            if processor.suspended:
-                self.partition.hold(processor, [document])
-            else:
-                self._run_document(definition, document, out)
+        for document in held:  # a trigger that suspends again holds the rest (take: HELD)
+            self._run_document(definition, document, out)
         return out
 
     def close(self) -> None:

@@ -220,12 +220,9 @@ class _TriggerTask:
         if record is not None and journals == self.replica:
             record.position = pos
             sink.journal.append(record)
-        for document in held:  # decided again, oldest first
-            if processor.suspended:
-                engine.partition.hold(processor, [document])
-            else:
-                self.book.position = document.position
-                engine.run_document(trigger, document, sink)
+        for document in held:  # decided again, oldest first, as TriggerRunner.resume does
+            self.book.position = document.position
+            engine.run_document(trigger, document, sink)
 
     def block(self, entries: list[tuple[int, int, Timestamp | None, Any]]) -> None:
         """Run one block's documents in position order (pieces merged by a stable sort)."""
