@@ -11,6 +11,16 @@ writes for a simple trigger, in the worker's three waits a chunk:
 2. the output (the echoed document) and a journal record per document;
 3. a completed entry per new document to the history changelog.
 
+`PEERS_FLOOR_WRITES` changes what is written, to show what each kind of write costs
+(bench/peers.py --floor-variants runs them all in one run):
+
+- `worker` (the default): the above, 3.7 records a document;
+- `chunked`: the processing and the completed entries of a chunk as one record each per
+  partition (a list of keys), instead of one record a document: what writing them once per
+  chunk would leave;
+- `no-history`: outputs and journal records only (no processing or completed entries);
+- `outputs`: the outputs alone (about what Quix writes besides its changelog).
+
 A set in memory stands for the duplicate check (nothing is decided, nothing persisted
 locally), and offsets are committed once a second.  So its rate is what aiokafka and the
 broker allow for onceflow's write pattern on this machine; onceflow's own work (ingress,
@@ -52,6 +62,9 @@ async def main() -> None:
     await consumer.start()
     await producer.start()
     sender = KafkaSender(producer)
+    writes = os.environ.get("PEERS_FLOOR_WRITES", "worker")
+    if writes not in WRITES:
+        raise SystemExit(f"PEERS_FLOOR_WRITES: one of {', '.join(WRITES)}")
     seen: set[bytes] = set()
     committed_at = time.monotonic()
     try:
@@ -60,7 +73,7 @@ async def main() -> None:
             records = [r for batch in fetched.values() for r in batch]
             for start in range(0, len(records), CHUNK):
                 await chunk_of(records[start:start + CHUNK], seen, sender, history,
-                               output, journal)
+                               output, journal, writes)
             if time.monotonic() - committed_at > 1.0:
                 await consumer.commit()
                 committed_at = time.monotonic()
@@ -69,10 +82,15 @@ async def main() -> None:
         await consumer.stop()
 
 
+WRITES = ("worker", "chunked", "no-history", "outputs")
+
+
 async def chunk_of(records: list, seen: set[bytes], sender: KafkaSender, history: str,
-                   output: str, journal: str) -> None:
+                   output: str, journal: str, writes: str = "worker") -> None:
     """One chunk: processing entries, then outputs and journal, then completed entries."""
     processing, results, completed = Outbox(), Outbox(), Outbox()
+    entries = writes in ("worker", "chunked")
+    keys: dict[int, list[str]] = {}
     for record in records:
         document = orjson.loads(record.value)
         uuid = document["uuid"].encode()
@@ -81,15 +99,23 @@ async def chunk_of(records: list, seen: set[bytes], sender: KafkaSender, history
         new = uuid not in seen
         if new:
             seen.add(uuid)
-            processing.add(history, partition, b"echo" + uuid, orjson.dumps([start, 1]))
+            if writes == "worker":
+                processing.add(history, partition, b"echo" + uuid, orjson.dumps([start, 1]))
+                completed.add(history, partition, b"echo" + uuid, orjson.dumps([start, 3]))
+            elif writes == "chunked":
+                keys.setdefault(partition, []).append(document["uuid"])
             results.add(output, partition, record.key, orjson.dumps(document))
-            completed.add(history, partition, b"echo" + uuid, orjson.dumps([start, 3]))
-        results.add(journal, partition, record.key, orjson.dumps({
-            "trigger": "echo", "outcome": "processed" if new else "duplicate",
-            "identity": document["uuid"], "activation": None, "ts": start,
-            "topic": record.topic, "partition": partition, "offset": record.offset}))
-    for outbox in (processing, results, completed):
-        await sender.send(outbox)
+        if writes != "outputs":
+            results.add(journal, partition, record.key, orjson.dumps({
+                "trigger": "echo", "outcome": "processed" if new else "duplicate",
+                "identity": document["uuid"], "activation": None, "ts": start,
+                "topic": record.topic, "partition": partition, "offset": record.offset}))
+    for partition, uuids in keys.items():
+        processing.add(history, partition, b"echo-chunk", orjson.dumps([uuids, 1]))
+        completed.add(history, partition, b"echo-chunk", orjson.dumps([uuids, 3]))
+    for outbox in ((processing, results, completed) if entries else (results,)):
+        if outbox.count:
+            await sender.send(outbox)
 
 
 if __name__ == "__main__":

@@ -289,12 +289,15 @@ def quix_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path
 
 
 def floor_run(broker: EmbeddedBroker, items: int, unique: set[str],
-              workdir: Path) -> tuple[float, float, Cpu]:
-    """(docs/s, peak RSS MiB, CPU spent) of bench/io_floor.py: onceflow's records, no work."""
-    prefix = f"{PREFIX}floor."
-    env = {"PEERS_BROKER": broker.bootstrap, "PEERS_INPUT": INPUT, "PEERS_PREFIX": prefix}
-    return script_run(broker, items, unique, "io floor", Path(__file__).with_name("io_floor.py"),
-                      env, prefix + "echo.out", workdir / "io-floor.log")
+              workdir: Path, writes: str = "worker") -> tuple[float, float, Cpu]:
+    """(docs/s, peak RSS MiB, CPU spent) of bench/io_floor.py: onceflow's records (or
+    another set of writes: PEERS_FLOOR_WRITES), no work."""
+    prefix = f"{PREFIX}floor-{writes}."
+    env = {"PEERS_BROKER": broker.bootstrap, "PEERS_INPUT": INPUT, "PEERS_PREFIX": prefix,
+           "PEERS_FLOOR_WRITES": writes}
+    return script_run(broker, items, unique, f"io floor {writes}",
+                      Path(__file__).with_name("io_floor.py"), env, prefix + "echo.out",
+                      workdir / f"io-floor-{writes}.log")
 
 
 def onceflow_latency(broker: EmbeddedBroker, workdir: Path, rate: float,
@@ -359,6 +362,8 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=100_000)
     parser.add_argument("--skip", default="", help="comma-separated: onceflow2, noop, "
                         "quix-key, quix-groupby, floor, naive, latency")
+    parser.add_argument("--floor-variants", action="store_true",
+                        help="also run the floor with fewer writes (bench/io_floor.py)")
     parser.add_argument("--latency-rate", type=float, default=0.0,
                         help="documents a second for the latency runs (default: half of "
                         "Quix keyed's rate in this run)")
@@ -389,6 +394,10 @@ def main() -> None:
         if "floor" not in skip:
             rows.append((FLOOR,
                          *floor_run(broker, len(items), unique, workdir)))
+        if args.floor_variants:
+            for writes in ("chunked", "no-history", "outputs"):
+                rows.append((f"floor, writes: {writes}",
+                             *floor_run(broker, len(items), unique, workdir, writes)))
         if "naive" not in skip:
             rows.append(("naive Faust agent (get + put, no output)",
                          naive_rate_on(broker, len(items), workdir), 0.0, None))
