@@ -222,6 +222,13 @@ RULE_HOMES = {
     # key separators and ingress's stored keys: core/keys.py
     r"\bdef (partition_scope|dup_id_key|id_slot_key|id_next_key|redelivered_key)\(":
         {"core/keys.py"},
+    # the dead-letter, rejection and error-output documents: core/outputs.py, but for the
+    # worker's last resort (agents/rejects.raw_letter), which reads a record's bytes alone
+    # (module-level functions: wire.Names.dead_letter is the topic's name; membership's
+    # refusal is the message of a worker refused by its group)
+    r"\ndef (dead_letter|document_letter|output_letter|unread_letter|error_output|"
+    r"rejection|refusal)\(": {"core/outputs.py", "app/membership.py"},
+    r"Output\(\s*DEAD_LETTER_TOPIC": {"core/outputs.py", "agents/rejects.py"},
 }
 
 
@@ -257,6 +264,12 @@ RULE_CALLS = {
     "pipeline/read_stage.py": ([r"\brecord_time\("], [r"float\(splits\.high"]),
     "pipeline/trigger_stage.py": ([r"\.partition\.advance\(", r"\.partition\.suspend\("],
                                   [r"\bround\(", r"\bint\(", r"\.suspended\s*="]),
+    # a rejected record's journal record and dead letter, a refused document's record and
+    # error document: one call each to the core (onceflow.outputs)
+    "agents/rejects.py": ([r"\brejection\(record,", r"\brefusal\(processor\.trigger,",
+                           r"\bdocument_letter\("], [r"def (rejection|refusal)\b"]),
+    "core/processor.py": ([r"\berror_output\(", r"\brefusal\(", r"\bdocument_letter\("],
+                          [r"Output\(\s*DEAD_LETTER_TOPIC"]),
     # ingress's keys come from core/keys.py: no separator of its own
     "core/ingress.py": ([r"\bdup_id_key\(", r"\bid_slot_key\(", r"\bpartition_scope\("],
                         [r"""["'][|#]""", r"""\+\s*["'][|#/]""", r"\{topic\}/\{partition\}"]),
