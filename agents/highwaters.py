@@ -87,12 +87,16 @@ class HighwaterReader:
             consumer.seek(tps[tp], max(int(end) - 1, 0))
         deadline = asyncio.get_running_loop().time() + timeout
         missing = set(todo)
+        asked = {tps[tp]: tp for tp in todo}
         while missing and asyncio.get_running_loop().time() < deadline:
-            await consumer.getmany(*[tps[tp] for tp in missing], timeout_ms=200,
-                                   max_records=1)
-            for tp in list(missing):
-                highwater = consumer.highwater(tps[tp])
-                if highwater is not None:
+            fetched = await consumer.getmany(*[tps[tp] for tp in missing], timeout_ms=200,
+                                             max_records=1)
+            # Only a partition that returned a record has been fetched since its seek: the
+            # kept consumer still knows the highwaters of earlier calls' fetches.
+            for got in fetched:
+                tp = asked.get(got)
+                highwater = consumer.highwater(got)
+                if tp in missing and highwater is not None:
                     result[tp] = max(highwater, int(todo[tp]))
                     missing.discard(tp)
         if missing:
