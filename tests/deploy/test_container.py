@@ -55,7 +55,8 @@ def image(podman: Podman) -> str:
     # ONCEFLOW_TEST_IMAGE: test an image built elsewhere instead of building one.
     tag = os.environ.get("ONCEFLOW_TEST_IMAGE") or podman.worker_image()
     if podman.timings:
-        print(f"\ncontainer image: {tag}; seconds: {podman.timings}", file=sys.stderr)
+        print(f"\ncontainer image: {tag} ({podman.driver} storage); seconds: "
+              f"{podman.timings}", file=sys.stderr)
     return tag
 
 
