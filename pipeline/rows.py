@@ -34,6 +34,7 @@ import pyarrow as pa
 from onceflow.envelope import Document, seconds
 from onceflow.journal import JournalRecord
 from onceflow.outputs import Output
+from onceflow.values import decode_value
 
 # Row kinds, in the order a stage wants to see them (summaries before records).
 SUMMARY = 0
@@ -43,8 +44,8 @@ MALFORMED = 3
 
 # read -> ingress (shuffled by topic, partition).  data: SUMMARY marshal(newest time),
 # WANTED marshal([offset]): offsets of the row's topic-partition that a line redelivers
-# without its value (the stage keeps those values only), RECORDS marshal([(pos, w, parsed
-# line)]), MALFORMED marshal([(pos, where, why, text)]).
+# without its value (the stage keeps those values only), RECORDS marshal([(pos, w, line
+# text as bytes)]), MALFORMED marshal([(pos, where, why, text)]).
 READ_SCHEMA = pa.schema([
     ("kind", pa.int8()),
     ("block", pa.int64()),
@@ -55,7 +56,8 @@ READ_SCHEMA = pa.schema([
 READ_DDL = "kind byte, block long, topic string, partition int, data binary"
 
 # ingress -> triggers (shuffled by vpart).  data: SUMMARY marshal([(split, newest time)]),
-# RECORDS marshal([(pos, trigger index, w, document fields)]) where a trigger index of -1
+# RECORDS marshal([(pos, trigger index, w, document fields)]) (the envelope as the text of
+# the input line that holds it, see document_fields) where a trigger index of -1
 # marks a journal record or output made at ingress, passed through (final fields).
 ROUTED_SCHEMA = pa.schema([
     ("kind", pa.int8()),
@@ -124,15 +126,28 @@ def row_slices(batches: Iterator[pa.RecordBatch], columns: tuple[int, ...]
             yield [part.column(i).to_pylist() for i in columns]
 
 
-def document_fields(doc: Document) -> tuple[Any, ...]:
+def document_fields(doc: Document, line: bytes) -> tuple[Any, ...]:
     """A document as plain values for the shuffle to the trigger stage.
 
-    The message id goes as the header gave it (None: the record's coordinates, which the
-    document on the other side makes again if something asks for them).
+    The envelope goes as `line`, the JSON text of the input line that holds it (its own,
+    or for a redelivery without a value the line that had it): marshalling the decoded
+    envelope and unmarshalling it cost more than decoding the line again.  The message id
+    goes as the header gave it (None: the record's coordinates, which the document on the
+    other side makes again if something asks for them).
     """
-    return (doc.type, doc.identity, doc.activation, doc.envelope, doc.ts, doc.topic,
+    return (doc.type, doc.identity, doc.activation, line, doc.ts, doc.topic,
             doc.partition, doc.offset, doc.given_message_id, doc.delivery_count, doc.key,
             doc.headers, doc.position)
+
+
+def document_of(fields: tuple[Any, ...]) -> Document:
+    """Inverse of document_fields: the envelope decoded as the core decodes a line's value."""
+    (doc_type, identity, activation, line, ts, topic, partition, offset, message_id,
+     delivery_count, key, headers, position) = fields
+    item = orjson.loads(line)
+    value = item["value"] if "value" in item else decode_value(item["raw"].encode("utf-8"))
+    return Document(doc_type, identity, activation, value, ts, topic, partition, offset,
+                    message_id, delivery_count, key, headers, position)
 
 
 def final_fields(item: JournalRecord | Output) -> tuple[Any, ...]:

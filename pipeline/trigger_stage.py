@@ -39,7 +39,7 @@ from onceflow.triggers import TriggerSet
 
 from .call_record import CallBook, Record
 from .local_output import write_results
-from .rows import SUMMARY, ResultBuilder, final_of, paused_gc, row_slices
+from .rows import SUMMARY, ResultBuilder, document_of, final_of, paused_gc, row_slices
 
 BATCH_ROWS = 10_000
 
@@ -244,7 +244,7 @@ class _TriggerTask:
             assert w is not None
             # Times travel as floats (whole ms, exact); the core takes them as ints.
             expire_due(int(earlier if earlier > w else w), sink)
-            document = Document(*fields)
+            document = document_of(fields)
             book.position = pos
             run_document(names[index], document, sink)
         self._drain()
