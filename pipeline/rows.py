@@ -27,10 +27,12 @@ import gc
 import marshal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from operator import attrgetter
 from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from onceflow.envelope import Document, seconds
 from onceflow.journal import JournalRecord
 from onceflow.outputs import Output
@@ -183,32 +185,61 @@ def json_default(value: Any) -> Any:
 # The journal and held documents as written: RESULT_SCHEMA without `dataset`.
 JOURNAL_SCHEMA = pa.schema([f for f in RESULT_SCHEMA if f.name != "dataset"])
 JSON_COLUMN = JOURNAL_SCHEMA.get_field_index("json")
+TS_COLUMN = JOURNAL_SCHEMA.get_field_index("ts")
+# A journal record's fields in JOURNAL_SCHEMA order (before `json`), `ts` in milliseconds.
+_FIELDS = attrgetter("trigger", "outcome", "identity", "activation", "ts", "topic",
+                     "partition", "offset", "reason", "attempt", "position")
+
+
+class Rows:
+    """Journal or held rows, turned into Arrow column by column.
+
+    Field tuples in JOURNAL_SCHEMA order (`ts` in milliseconds, no `json`) and each
+    row's JSON line (bytes).
+    """
+
+    __slots__ = ("fields", "lines")
+
+    def __init__(self) -> None:
+        self.fields: list[tuple[Any, ...]] = []
+        self.lines: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def batch(self) -> pa.RecordBatch:
+        """The rows as a JOURNAL_SCHEMA batch."""
+        columns: list[Any] = (list(zip(*self.fields, strict=True)) if self.fields
+                              else [[] for _ in range(JSON_COLUMN)])
+        arrays = []
+        for index, f in enumerate(JOURNAL_SCHEMA):
+            if index == JSON_COLUMN:
+                # orjson writes UTF-8: the cast checks it and copies nothing per row.
+                arrays.append(pa.array(self.lines, type=pa.binary()).cast(pa.string()))
+            elif index == TS_COLUMN:
+                # Seconds as the journal writes them (onceflow.envelope.seconds: ms / 1000,
+                # one correctly rounded division either way).
+                arrays.append(pc.divide(pa.array(columns[index], type=pa.float64()), 1000.0))
+            else:
+                arrays.append(pa.array(columns[index], type=f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=JOURNAL_SCHEMA)
 
 
 class ResultParts:
     """What a ResultBuilder collected.
 
-    Journal and held columns in JOURNAL_SCHEMA order, as Python lists, and the documents'
-    JSON lines by topic.
+    Journal and held rows, the documents' JSON lines by topic (bytes), and recorded call
+    outcomes.
     """
 
     __slots__ = ("journal", "held", "documents", "calls")
 
-    def __init__(self, journal: list[list[Any]], held: list[list[Any]],
-                 documents: dict[str, list[str]],
+    def __init__(self, journal: Rows, held: Rows, documents: dict[str, list[bytes]],
                  calls: list[tuple[str, int, str]] | None = None) -> None:
         self.journal = journal
         self.held = held
         self.documents = documents
         self.calls = calls or []
-
-    @staticmethod
-    def to_batch(columns: list[list[Any]]) -> pa.RecordBatch:
-        """Journal or held columns as a JOURNAL_SCHEMA batch."""
-        return pa.RecordBatch.from_arrays(
-            [pa.array(column, type=f.type) for column, f in zip(columns, JOURNAL_SCHEMA,
-                                                                strict=True)],
-            schema=JOURNAL_SCHEMA)
 
 
 class ResultBuilder:
@@ -217,10 +248,10 @@ class ResultBuilder:
     __slots__ = ("_journal", "_held", "_size", "_documents", "_calls")
 
     def __init__(self) -> None:
-        self._journal: list[list[Any]] = [[] for _ in JOURNAL_SCHEMA]
-        self._held: list[list[Any]] = [[] for _ in JOURNAL_SCHEMA]
+        self._journal = Rows()
+        self._held = Rows()
         self._size = 0
-        self._documents: dict[str, list[str]] = {}
+        self._documents: dict[str, list[bytes]] = {}
         self._calls: list[tuple[str, int, str]] = []
 
     def __len__(self) -> int:
@@ -228,21 +259,10 @@ class ResultBuilder:
 
     def journal(self, records: list[JournalRecord]) -> None:
         """Add journal records (with the JSON line `onceflow replay` prints)."""
-        (trigger, outcome, identity, activation, ts, topic, partition, offset,
-         reason, attempt, position, json) = self._journal
         dumps = orjson.dumps
-        trigger.extend([r.trigger for r in records])
-        outcome.extend([r.outcome for r in records])
-        identity.extend([r.identity for r in records])
-        activation.extend([r.activation for r in records])
-        ts.extend([None if r.ts is None else seconds(r.ts) for r in records])
-        topic.extend([r.topic for r in records])
-        partition.extend([r.partition for r in records])
-        offset.extend([r.offset for r in records])
-        reason.extend([r.reason for r in records])
-        attempt.extend([r.attempt for r in records])
-        position.extend([r.position for r in records])
-        json.extend([dumps(r.as_dict(), default=json_default).decode() for r in records])
+        self._journal.fields.extend(map(_FIELDS, records))
+        self._journal.lines.extend([dumps(r.as_dict(), default=json_default)
+                                    for r in records])
         self._size += len(records)
 
     def outputs(self, items: list[Output]) -> None:
@@ -256,7 +276,7 @@ class ResultBuilder:
         documents = self._documents
         for item in items:
             line = dumps({"key": item.key, "headers": item.headers, "value": item.value},
-                         default=json_default).decode()
+                         default=json_default)
             lines = documents.get(item.topic)
             if lines is None:
                 lines = documents[item.topic] = []
@@ -265,16 +285,16 @@ class ResultBuilder:
 
     def held(self, documents: list[tuple[str, Document]]) -> None:
         """Add the documents suspended triggers hold (trigger name, document)."""
-        columns = self._held
+        rows = self._held
         dumps = orjson.dumps
         for trigger, doc in documents:
-            row = [trigger, None, doc.identity, doc.activation, float(seconds(doc.ts)), doc.topic,
-                   doc.partition, doc.offset, None, None, doc.position,
-                   dumps({"trigger": trigger, "identity": doc.identity,
-                          "activation": doc.activation, "ts": seconds(doc.ts), "topic": doc.topic,
-                          "partition": doc.partition, "offset": doc.offset}).decode()]
-            for column, value in zip(columns, row, strict=True):
-                column.append(value)
+            rows.fields.append((trigger, None, doc.identity, doc.activation, doc.ts,
+                                doc.topic, doc.partition, doc.offset, None, None,
+                                doc.position))
+            rows.lines.append(dumps({"trigger": trigger, "identity": doc.identity,
+                                     "activation": doc.activation, "ts": seconds(doc.ts),
+                                     "topic": doc.topic, "partition": doc.partition,
+                                     "offset": doc.offset}))
         self._size += len(documents)
 
     def calls(self, rows: Iterator[tuple[str, int, str]]) -> None:
@@ -286,33 +306,26 @@ class ResultBuilder:
     def take(self) -> ResultParts:
         """Everything collected so far; the builder starts empty again."""
         parts = ResultParts(self._journal, self._held, self._documents, self._calls)
-        self._journal = [[] for _ in JOURNAL_SCHEMA]
-        self._held = [[] for _ in JOURNAL_SCHEMA]
+        self._journal = Rows()
+        self._held = Rows()
         self._documents = {}
         self._calls = []
         self._size = 0
         return parts
 
-    def batch(self) -> pa.RecordBatch:
-        """Everything collected so far as one RESULT_SCHEMA batch; starts empty again."""
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Everything collected so far as RESULT_SCHEMA batches; starts empty again."""
         parts = self.take()
-        journal, held = parts.journal, parts.held
-        dataset = [JOURNAL] * len(journal[0]) + [HELD] * len(held[0])
-        columns = [j + h for j, h in zip(journal, held, strict=True)]
-        topic, json = JOURNAL_SCHEMA.get_field_index("topic"), JSON_COLUMN
-        for name, lines in parts.documents.items():
-            dataset.append(DOCUMENTS)
-            for index, column in enumerate(columns):
-                column.append(name if index == topic else "\n".join(lines) if index == json
-                              else None)
-        trigger = JOURNAL_SCHEMA.get_field_index("trigger")
-        position = JOURNAL_SCHEMA.get_field_index("position")
-        for row in parts.calls:
-            dataset.append(CALLS)
-            for index, column in enumerate(columns):
-                column.append(row[0] if index == trigger else row[1] if index == position
-                              else row[2] if index == json else None)
-        arrays = [pa.array(dataset, type=pa.string())] + [
-            pa.array(column, type=f.type) for column, f in zip(columns, JOURNAL_SCHEMA,
-                                                               strict=True)]
-        return pa.RecordBatch.from_arrays(arrays, schema=RESULT_SCHEMA)
+        for dataset, rows in ((JOURNAL, parts.journal), (HELD, parts.held)):
+            if len(rows):
+                batch = rows.batch()
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([dataset] * batch.num_rows, type=pa.string()),
+                     *batch.columns], schema=RESULT_SCHEMA)
+        others: list[dict[str, Any]] = [
+            {"dataset": DOCUMENTS, "topic": name, "json": b"\n".join(lines).decode()}
+            for name, lines in parts.documents.items()]
+        others += [{"dataset": CALLS, "trigger": trigger, "position": position, "json": text}
+                   for trigger, position, text in parts.calls]
+        if others:
+            yield pa.RecordBatch.from_pylist(others, schema=RESULT_SCHEMA)

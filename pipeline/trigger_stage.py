@@ -106,7 +106,8 @@ class TriggerStage:
                 yield from write_results((out.take() for out in self._results(batches)),
                                          self.results_dir)
             else:
-                yield from (out.batch() for out in self._results(batches))
+                for out in self._results(batches):
+                    yield from out.batches()
 
     def _results(self, batches: Iterator[pa.RecordBatch]) -> Iterator[ResultBuilder]:
         """The task's results, whenever enough of them are ready to be taken."""
