@@ -29,6 +29,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from onceflow.envelope import Document
 from onceflow.journal import JournalRecord
@@ -36,10 +37,11 @@ from onceflow.processor import Sink
 from onceflow.runners import TriggerRunner, load_callees
 from onceflow.scenario import SUSPEND, HistorySeed
 from onceflow.triggers import TriggerSet
+from onceflow.values import decode_value
 
 from .call_record import CallBook, Record
 from .local_output import write_results
-from .rows import SUMMARY, ResultBuilder, document_of, final_of, paused_gc, row_slices
+from .rows import SUMMARY, ResultBuilder, final_of, paused_gc, row_slices
 
 BATCH_ROWS = 10_000
 
@@ -227,6 +229,7 @@ class _TriggerTask:
         expire_due, run_document = engine.expire_due, engine.run_document
         next_start, earlier = float("-inf"), float("-inf")
         controls = self.times.controls
+        loads = orjson.loads
         for pos, index, w, fields in entries:
             if self.cuts or controls:
                 self._before(pos)
@@ -245,7 +248,12 @@ class _TriggerTask:
             assert w is not None
             # Times travel as floats (whole ms, exact); the core takes them as ints.
             expire_due(int(earlier if earlier > w else w), sink)
-            document = document_of(fields)
+            # rows.document_of, inline: the envelope from its line's text.
+            item = loads(fields[3])
+            document = Document(fields[0], fields[1], fields[2],
+                                item["value"] if "value" in item
+                                else decode_value(item["raw"].encode("utf-8")),
+                                *fields[4:])
             book.position = pos
             run_document(names[index], document, sink)
         self._drain()
