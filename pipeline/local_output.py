@@ -104,7 +104,7 @@ class TaskFiles:
             key = (trigger, outcome)
             if first is not None and (key not in self.first or first < self.first[key]):
                 self.first[key] = first
-        self._text(JOURNAL_LINES, b"\n".join(rows.lines))
+        self._text(JOURNAL_LINES, rows.text())
         self._parquet(JOURNAL, batch)
 
     def _parquet(self, dataset: str, batch: pa.RecordBatch) -> None:
