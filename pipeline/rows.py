@@ -16,8 +16,10 @@ vpart (ingress -> triggers), so the shuffles and sorts move thousands of rows, n
 millions, and each stage merges the pieces of a block back into position order.
 
 Payloads are `marshal`-encoded plain values (the same interpreter runs on both sides of
-a shuffle, and marshal is several times faster than JSON for dicts of strings and
-numbers).  Nothing here decides anything: it only moves the core's own objects (records,
+a shuffle).  A record's JSON value is not among them: it travels as the text of its input
+line (bytes), which the next stage decodes with orjson where it needs it; unmarshalling
+a decoded dict cost about as much as that, and marshalling it was paid on top.  Nothing
+here decides anything: it only moves the core's own objects (records,
 documents, journal records, outputs) across the shuffles.
 """
 
