@@ -38,7 +38,6 @@ import pyarrow.compute as pc
 from onceflow.envelope import Document, seconds
 from onceflow.journal import JournalRecord
 from onceflow.outputs import Output
-from onceflow.values import decode_value
 
 # Row kinds, in the order a stage wants to see them (summaries before records).
 SUMMARY = 0
@@ -142,16 +141,6 @@ def document_fields(doc: Document, line: bytes) -> tuple[Any, ...]:
     return (doc.type, doc.identity, doc.activation, line, doc.ts, doc.topic,
             doc.partition, doc.offset, doc.given_message_id, doc.delivery_count, doc.key,
             doc.headers, doc.position)
-
-
-def document_of(fields: tuple[Any, ...]) -> Document:
-    """Inverse of document_fields: the envelope decoded as the core decodes a line's value."""
-    (doc_type, identity, activation, line, ts, topic, partition, offset, message_id,
-     delivery_count, key, headers, position) = fields
-    item = orjson.loads(line)
-    value = item["value"] if "value" in item else decode_value(item["raw"].encode("utf-8"))
-    return Document(doc_type, identity, activation, value, ts, topic, partition, offset,
-                    message_id, delivery_count, key, headers, position)
 
 
 def final_fields(item: JournalRecord | Output) -> tuple[Any, ...]:

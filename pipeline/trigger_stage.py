@@ -248,7 +248,8 @@ class _TriggerTask:
             assert w is not None
             # Times travel as floats (whole ms, exact); the core takes them as ints.
             expire_due(int(earlier if earlier > w else w), sink)
-            # rows.document_of, inline: the envelope from its line's text.
+            # The inverse of rows.document_fields: the envelope from its line's text,
+            # decoded as the core decodes a line's value.
             item = loads(fields[3])
             document = Document(fields[0], fields[1], fields[2],
                                 item["value"] if "value" in item
