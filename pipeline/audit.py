@@ -23,6 +23,7 @@ import marshal
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from onceflow.envelope import BadEnvelope, check_envelope, seconds
 from onceflow.errors import ScenarioError
@@ -76,9 +77,9 @@ class AuditRecords:
                 elif kind == RECORDS:
                     # One topic-partition's records of one block, in file order; blocks of
                     # a topic-partition come in file order too.
-                    for pos, _, item in marshal.loads(data):
+                    for pos, _, line in marshal.loads(data):
                         try:
-                            record = parse_record_line(item, offsets)
+                            record = parse_record_line(orjson.loads(line), offsets)
                         except ScenarioError as exc:
                             rows.append((pos, None, None, None, None, None, None, [],
                                          str(exc), None))

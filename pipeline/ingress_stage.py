@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from onceflow import journal as J
 from onceflow.errors import ScenarioError
@@ -121,7 +122,7 @@ class _IngressTask:
         loads = marshal.loads
         summaries: list[tuple[int, Any]] = []
         block: int | None = None
-        entries: list[tuple[int, int, Any]] = []
+        entries: list[tuple[int, int, bytes]] = []
         for kinds, blocks, topics, partitions, datas in row_slices(batches, (0, 1, 2, 3, 4)):
             for kind, row_block, topic, partition, data in zip(
                     kinds, blocks, topics, partitions, datas, strict=True):
@@ -156,20 +157,23 @@ class _IngressTask:
         if len(self.out):
             yield self.out.batch()
 
-    def _block(self, block: Any, entries: list[tuple[int, int, Any]]) -> None:
+    def _block(self, block: Any, entries: list[tuple[int, int, bytes]]) -> None:
         """Admit one block's records in position order; route documents by vpart."""
         entries.sort(key=itemgetter(0))  # sorted pieces: timsort merges the runs
         table = self.slots.table
         size = len(table)
         routes = self.routes
-        group_of = self.slots.of
+        crc32 = zlib.crc32
         ingress = self.ingress
         offsets = self.offsets
         journal: list[JournalRecord] = []
         by_vpart: dict[int, list[tuple[int, int, int | None, Any]]] = {}
-        for pos, w, item in entries:
+        loads = orjson.loads
+        for pos, w, line in entries:
+            item = loads(line)  # the read stage decoded it: it is a JSON object
             try:
-                record = parse_record_line(item, offsets)
+                # With the line, a value kept for a later redelivery is kept as this text.
+                record = parse_record_line(item, offsets, "", line)
             except ScenarioError as exc:
                 self._malformed(self._where(pos), str(exc), None, pos, block, by_vpart)
                 continue
@@ -180,10 +184,16 @@ class _IngressTask:
                         (pos, -1, None, final_fields(made)))
                 journal.clear()
             if document is not None:
-                fields = document_fields(document)
+                if "value" not in item and "raw" not in item:
+                    # A redelivery without its value: the line that had it.
+                    line = offsets.lanes[(record.topic, record.partition)].values[
+                        record.offset]
+                fields = document_fields(document, line)
                 for trigger in targets:
                     index, prefix = routes[trigger.name]
-                    vpart = group_of(prefix, routing_key(trigger, document))
+                    # Slots.of, inline: once per document and trigger.
+                    vpart = table[crc32(routing_key(trigger, document).encode(
+                        "utf-8", "surrogatepass"), prefix) % size]
                     group = by_vpart.get(vpart)
                     if group is None:
                         group = by_vpart[vpart] = []

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .rows import HELD, JOURNAL, JOURNAL_SCHEMA, JSON_COLUMN, ResultParts
+from .rows import HELD, JOURNAL, JOURNAL_SCHEMA, ResultParts, Rows
 
 MANIFEST_SCHEMA = pa.schema([
     ("kind", pa.string()),      # FILE, COUNT or HELD_COUNT
@@ -78,16 +78,16 @@ class TaskFiles:
     def write(self, parts: ResultParts) -> None:
         """Write what a ResultBuilder collected."""
         self.calls.extend(parts.calls)
-        if parts.journal[0]:
+        if len(parts.journal):
             self._journal(parts.journal)
-        if parts.held[0]:
-            self.held.update(parts.held[0])
-            self._parquet(HELD, ResultParts.to_batch(parts.held))
+        if len(parts.held):
+            self.held.update(row[0] for row in parts.held.fields)
+            self._parquet(HELD, parts.held.batch())
         for topic, lines in parts.documents.items():
-            self._text(os.path.join("documents", topic_folder(topic)), "\n".join(lines))
+            self._text(os.path.join("documents", topic_folder(topic)), b"\n".join(lines))
 
-    def _journal(self, columns: list[list[Any]]) -> None:
-        batch = ResultParts.to_batch(columns)
+    def _journal(self, rows: Rows) -> None:
+        batch = rows.batch()
         table = pa.Table.from_batches([batch])
         grouped = table.group_by(["trigger", "outcome"]).aggregate([([], "count_all")])
         for trigger, outcome, count in zip(
@@ -104,7 +104,7 @@ class TaskFiles:
             key = (trigger, outcome)
             if first is not None and (key not in self.first or first < self.first[key]):
                 self.first[key] = first
-        self._text(JOURNAL_LINES, "\n".join(columns[JSON_COLUMN]))
+        self._text(JOURNAL_LINES, rows.text())
         self._parquet(JOURNAL, batch)
 
     def _parquet(self, dataset: str, batch: pa.RecordBatch) -> None:
@@ -129,7 +129,7 @@ class TaskFiles:
         self.pending[dataset] = []
         self.pending_rows[dataset] = 0
 
-    def _text(self, folder: str, text: str) -> None:
+    def _text(self, folder: str, text: bytes) -> None:
         handle = self.texts.get(folder)
         if handle is None:
             name = os.path.join(folder, f"{self.stem}.txt")
@@ -137,7 +137,7 @@ class TaskFiles:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             handle = self.texts[folder] = open(path, "wb")  # noqa: SIM115 (closed in close)
             self.names.append(name)
-        handle.write(text.encode("utf-8", "surrogatepass"))
+        handle.write(text)
         handle.write(b"\n")
 
     def close(self) -> pa.RecordBatch:

@@ -6,7 +6,8 @@ spans at least n bytes, so positions never overlap the next split) and
 `file rank << 40 | row index` for Parquet.  It keeps the running maximum of record time
 within each split and writes one summary per split, so that the trigger stage can rebuild
 partition time (the running maximum over the whole archive) exactly.  Each line is parsed
-once; later stages get the parsed record.
+here for what routing and time need; later stages get its text (bytes), not the parsed
+record (a Parquet row goes on as the JSON line it stands for).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class _Blocks:
 
     def __init__(self) -> None:
         self.columns: tuple[list[Any], ...] = ([], [], [], [], [])
-        self.groups: dict[tuple[str, int], list[tuple[int, Timestamp, Any]]] = {}
+        self.groups: dict[tuple[str, int], list[tuple[int, Timestamp, bytes]]] = {}
         self.malformed: list[tuple[int, str, str, str]] = []
         # Offsets that a line of this block redelivers without its value, per partition.
         self.wanted: dict[tuple[str, int], list[int]] = {}
@@ -171,7 +172,7 @@ def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str | bytes
                         and type(partition) is int and 0 <= partition < 2**31)
         reason = "'partition' is out of range"
         if routable and not _looks_wrong(item):
-            _add(item, ts, topic, partition, pos, splits, out)
+            _add(item, ts, topic, partition, pos, splits, out, text)
             return
         try:
             parse_record_line(item, InputOffsets(keep_values=False))
@@ -179,7 +180,7 @@ def _route(item: Any, pos: int, splits: _Splits, out: _Blocks, text: str | bytes
             reason = str(exc)
         else:
             if routable:
-                _add(item, ts, topic, partition, pos, splits, out)
+                _add(item, ts, topic, partition, pos, splits, out, text)
                 return
     else:
         reason = "expected a JSON object"
@@ -201,7 +202,7 @@ def _looks_wrong(item: dict[str, Any]) -> bool:
 
 
 def _add(item: dict[str, Any], ts: Any, topic: Any, partition: int, pos: int,
-         splits: _Splits, out: _Blocks) -> None:
+         splits: _Splits, out: _Blocks, line: str | bytes) -> None:
     ts = record_time(ts)  # partition time moves on the times the core decides on
     high = splits.high
     if high is None or ts > high:
@@ -209,7 +210,11 @@ def _add(item: dict[str, Any], ts: Any, topic: Any, partition: int, pos: int,
     group = out.groups.get((topic, partition))
     if group is None:
         group = out.groups[(topic, partition)] = []
-    group.append((pos, high, item))
+    # The record goes on as its JSON text: ingress decodes it once more (as fast as
+    # unmarshalling the decoded dict), and the text costs nothing to encode.
+    if type(line) is not bytes:
+        line = line.encode("utf-8", "surrogatepass")
+    group.append((pos, high, line))
     if "value" not in item and "raw" not in item:
         # A redelivery that leaves its value out: the stages after this one keep the
         # value of that offset (and no other), since the line that had it comes earlier.
@@ -225,7 +230,7 @@ class ReadLines:
         self.ranks = ranks
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Parse every line once; a later stage gets the parsed record, not the text."""
+        """Parse every line for routing; a later stage gets the line's text."""
         with paused_gc():
             yield from self._run(batches)
 
@@ -380,7 +385,7 @@ class ReadParquet:
                 item = {name: column[i] for name, column in values.items()
                         if column[i] is not None}
                 _parquet_item(item)
-                _route(item, pos, splits, out, orjson.dumps(item, default=str).decode())
+                _route(item, pos, splits, out, orjson.dumps(item, default=str))
             out.close_block()
             batch_rows = out.batch()
             if batch_rows is not None:

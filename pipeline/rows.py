@@ -16,8 +16,10 @@ vpart (ingress -> triggers), so the shuffles and sorts move thousands of rows, n
 millions, and each stage merges the pieces of a block back into position order.
 
 Payloads are `marshal`-encoded plain values (the same interpreter runs on both sides of
-a shuffle, and marshal is several times faster than JSON for dicts of strings and
-numbers).  Nothing here decides anything: it only moves the core's own objects (records,
+a shuffle).  A record's JSON value is not among them: it travels as the text of its input
+line (bytes), which the next stage decodes with orjson where it needs it; unmarshalling
+a decoded dict cost about as much as that, and marshalling it was paid on top.  Nothing
+here decides anything: it only moves the core's own objects (records,
 documents, journal records, outputs) across the shuffles.
 """
 
@@ -25,12 +27,14 @@ from __future__ import annotations
 
 import gc
 import marshal
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from operator import attrgetter
 from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from onceflow.envelope import Document, seconds
 from onceflow.journal import JournalRecord
 from onceflow.outputs import Output
@@ -43,8 +47,8 @@ MALFORMED = 3
 
 # read -> ingress (shuffled by topic, partition).  data: SUMMARY marshal(newest time),
 # WANTED marshal([offset]): offsets of the row's topic-partition that a line redelivers
-# without its value (the stage keeps those values only), RECORDS marshal([(pos, w, parsed
-# line)]), MALFORMED marshal([(pos, where, why, text)]).
+# without its value (the stage keeps those values only), RECORDS marshal([(pos, w, line
+# text as bytes)]), MALFORMED marshal([(pos, where, why, text)]).
 READ_SCHEMA = pa.schema([
     ("kind", pa.int8()),
     ("block", pa.int64()),
@@ -55,7 +59,8 @@ READ_SCHEMA = pa.schema([
 READ_DDL = "kind byte, block long, topic string, partition int, data binary"
 
 # ingress -> triggers (shuffled by vpart).  data: SUMMARY marshal([(split, newest time)]),
-# RECORDS marshal([(pos, trigger index, w, document fields)]) where a trigger index of -1
+# RECORDS marshal([(pos, trigger index, w, document fields)]) (the envelope as the text of
+# the input line that holds it, see document_fields) where a trigger index of -1
 # marks a journal record or output made at ingress, passed through (final fields).
 ROUTED_SCHEMA = pa.schema([
     ("kind", pa.int8()),
@@ -124,13 +129,16 @@ def row_slices(batches: Iterator[pa.RecordBatch], columns: tuple[int, ...]
             yield [part.column(i).to_pylist() for i in columns]
 
 
-def document_fields(doc: Document) -> tuple[Any, ...]:
+def document_fields(doc: Document, line: bytes) -> tuple[Any, ...]:
     """A document as plain values for the shuffle to the trigger stage.
 
-    The message id goes as the header gave it (None: the record's coordinates, which the
-    document on the other side makes again if something asks for them).
+    The envelope goes as `line`, the JSON text of the input line that holds it (its own,
+    or for a redelivery without a value the line that had it): marshalling the decoded
+    envelope and unmarshalling it cost more than decoding the line again.  The message id
+    goes as the header gave it (None: the record's coordinates, which the document on the
+    other side makes again if something asks for them).
     """
-    return (doc.type, doc.identity, doc.activation, doc.envelope, doc.ts, doc.topic,
+    return (doc.type, doc.identity, doc.activation, line, doc.ts, doc.topic,
             doc.partition, doc.offset, doc.given_message_id, doc.delivery_count, doc.key,
             doc.headers, doc.position)
 
@@ -168,32 +176,78 @@ def json_default(value: Any) -> Any:
 # The journal and held documents as written: RESULT_SCHEMA without `dataset`.
 JOURNAL_SCHEMA = pa.schema([f for f in RESULT_SCHEMA if f.name != "dataset"])
 JSON_COLUMN = JOURNAL_SCHEMA.get_field_index("json")
+TS_COLUMN = JOURNAL_SCHEMA.get_field_index("ts")
+# A journal record's fields in JOURNAL_SCHEMA order (before `json`), `ts` in milliseconds.
+_FIELDS = attrgetter("trigger", "outcome", "identity", "activation", "ts", "topic",
+                     "partition", "offset", "reason", "attempt", "position")
+
+
+# JSON lines made before they are joined (orjson's bytes keep at least 4 KiB each).
+JOIN_LINES = 256
+
+
+class Rows:
+    """Journal or held rows, turned into Arrow column by column.
+
+    Field tuples in JOURNAL_SCHEMA order (`ts` in milliseconds, no `json`), and the rows'
+    JSON lines as chunks of newline-separated text: orjson's bytes keep a buffer of at
+    least 4 KiB each, so lines are joined JOIN_LINES at a time as they are made (a block's
+    11,000 journal lines held at once took 45 MB).  The text is the JSON-lines file's as
+    it is; the `json` column is cut out of it by Arrow (a JSON line has no newline in it).
+    """
+
+    __slots__ = ("fields", "chunks")
+
+    def __init__(self) -> None:
+        self.fields: list[tuple[Any, ...]] = []
+        self.chunks: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def add(self, fields: Iterable[tuple[Any, ...]], lines: list[bytes]) -> None:
+        """Rows: their fields and their JSON lines."""
+        self.fields.extend(fields)
+        if lines:
+            self.chunks.append(b"\n".join(lines))
+
+    def text(self) -> bytes:
+        """The rows' JSON lines, newline-separated."""
+        return b"\n".join(self.chunks)
+
+    def batch(self) -> pa.RecordBatch:
+        """The rows as a JOURNAL_SCHEMA batch."""
+        columns: list[Any] = list(zip(*self.fields, strict=True))
+        arrays = []
+        for index, f in enumerate(JOURNAL_SCHEMA):
+            if index == JSON_COLUMN:
+                # orjson writes UTF-8: the cast checks it.
+                lines = pc.split_pattern(pa.array([self.text()], type=pa.binary()), b"\n")
+                arrays.append(lines.flatten().cast(pa.string()))
+            elif index == TS_COLUMN:
+                # Seconds as the journal writes them (onceflow.envelope.seconds: ms / 1000,
+                # one correctly rounded division either way).
+                arrays.append(pc.divide(pa.array(columns[index], type=pa.float64()), 1000.0))
+            else:
+                arrays.append(pa.array(columns[index], type=f.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=JOURNAL_SCHEMA)
 
 
 class ResultParts:
     """What a ResultBuilder collected.
 
-    Journal and held columns in JOURNAL_SCHEMA order, as Python lists, and the documents'
-    JSON lines by topic.
+    Journal and held rows, the documents' JSON lines by topic (chunks of newline-separated
+    lines, as in Rows), and recorded call outcomes.
     """
 
     __slots__ = ("journal", "held", "documents", "calls")
 
-    def __init__(self, journal: list[list[Any]], held: list[list[Any]],
-                 documents: dict[str, list[str]],
+    def __init__(self, journal: Rows, held: Rows, documents: dict[str, list[bytes]],
                  calls: list[tuple[str, int, str]] | None = None) -> None:
         self.journal = journal
         self.held = held
         self.documents = documents
         self.calls = calls or []
-
-    @staticmethod
-    def to_batch(columns: list[list[Any]]) -> pa.RecordBatch:
-        """Journal or held columns as a JOURNAL_SCHEMA batch."""
-        return pa.RecordBatch.from_arrays(
-            [pa.array(column, type=f.type) for column, f in zip(columns, JOURNAL_SCHEMA,
-                                                                strict=True)],
-            schema=JOURNAL_SCHEMA)
 
 
 class ResultBuilder:
@@ -202,10 +256,10 @@ class ResultBuilder:
     __slots__ = ("_journal", "_held", "_size", "_documents", "_calls")
 
     def __init__(self) -> None:
-        self._journal: list[list[Any]] = [[] for _ in JOURNAL_SCHEMA]
-        self._held: list[list[Any]] = [[] for _ in JOURNAL_SCHEMA]
+        self._journal = Rows()
+        self._held = Rows()
         self._size = 0
-        self._documents: dict[str, list[str]] = {}
+        self._documents: dict[str, list[bytes]] = {}
         self._calls: list[tuple[str, int, str]] = []
 
     def __len__(self) -> int:
@@ -213,21 +267,11 @@ class ResultBuilder:
 
     def journal(self, records: list[JournalRecord]) -> None:
         """Add journal records (with the JSON line `onceflow replay` prints)."""
-        (trigger, outcome, identity, activation, ts, topic, partition, offset,
-         reason, attempt, position, json) = self._journal
         dumps = orjson.dumps
-        trigger.extend([r.trigger for r in records])
-        outcome.extend([r.outcome for r in records])
-        identity.extend([r.identity for r in records])
-        activation.extend([r.activation for r in records])
-        ts.extend([None if r.ts is None else seconds(r.ts) for r in records])
-        topic.extend([r.topic for r in records])
-        partition.extend([r.partition for r in records])
-        offset.extend([r.offset for r in records])
-        reason.extend([r.reason for r in records])
-        attempt.extend([r.attempt for r in records])
-        position.extend([r.position for r in records])
-        json.extend([dumps(r.as_dict(), default=json_default).decode() for r in records])
+        for start in range(0, len(records), JOIN_LINES):
+            part = records[start:start + JOIN_LINES]
+            self._journal.add(map(_FIELDS, part),
+                              [dumps(r.as_dict(), default=json_default) for r in part])
         self._size += len(records)
 
     def outputs(self, items: list[Output]) -> None:
@@ -237,29 +281,36 @@ class ResultBuilder:
         (in RESULT_SCHEMA rows: one `DOCUMENTS` row per topic and batch, `topic` and
         `json`, one document per line).
         """
+        for start in range(0, len(items), JOIN_LINES):
+            self._outputs(items[start:start + JOIN_LINES])
+        self._size += len(items)
+
+    def _outputs(self, items: list[Output]) -> None:
         dumps = orjson.dumps
-        documents = self._documents
+        by_topic: dict[str, list[bytes]] = {}
         for item in items:
             line = dumps({"key": item.key, "headers": item.headers, "value": item.value},
-                         default=json_default).decode()
-            lines = documents.get(item.topic)
+                         default=json_default)
+            lines = by_topic.get(item.topic)
             if lines is None:
-                lines = documents[item.topic] = []
+                lines = by_topic[item.topic] = []
             lines.append(line)
-        self._size += len(items)
+        for topic, lines in by_topic.items():  # joined at once, as in Rows
+            self._documents.setdefault(topic, []).append(b"\n".join(lines))
 
     def held(self, documents: list[tuple[str, Document]]) -> None:
         """Add the documents suspended triggers hold (trigger name, document)."""
-        columns = self._held
         dumps = orjson.dumps
-        for trigger, doc in documents:
-            row = [trigger, None, doc.identity, doc.activation, float(seconds(doc.ts)), doc.topic,
-                   doc.partition, doc.offset, None, None, doc.position,
-                   dumps({"trigger": trigger, "identity": doc.identity,
-                          "activation": doc.activation, "ts": seconds(doc.ts), "topic": doc.topic,
-                          "partition": doc.partition, "offset": doc.offset}).decode()]
-            for column, value in zip(columns, row, strict=True):
-                column.append(value)
+        for start in range(0, len(documents), JOIN_LINES):
+            part = documents[start:start + JOIN_LINES]
+            self._held.add(
+                [(trigger, None, doc.identity, doc.activation, doc.ts, doc.topic,
+                  doc.partition, doc.offset, None, None, doc.position)
+                 for trigger, doc in part],
+                [dumps({"trigger": trigger, "identity": doc.identity,
+                        "activation": doc.activation, "ts": seconds(doc.ts),
+                        "topic": doc.topic, "partition": doc.partition,
+                        "offset": doc.offset}) for trigger, doc in part])
         self._size += len(documents)
 
     def calls(self, rows: Iterator[tuple[str, int, str]]) -> None:
@@ -271,33 +322,26 @@ class ResultBuilder:
     def take(self) -> ResultParts:
         """Everything collected so far; the builder starts empty again."""
         parts = ResultParts(self._journal, self._held, self._documents, self._calls)
-        self._journal = [[] for _ in JOURNAL_SCHEMA]
-        self._held = [[] for _ in JOURNAL_SCHEMA]
+        self._journal = Rows()
+        self._held = Rows()
         self._documents = {}
         self._calls = []
         self._size = 0
         return parts
 
-    def batch(self) -> pa.RecordBatch:
-        """Everything collected so far as one RESULT_SCHEMA batch; starts empty again."""
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Everything collected so far as RESULT_SCHEMA batches; starts empty again."""
         parts = self.take()
-        journal, held = parts.journal, parts.held
-        dataset = [JOURNAL] * len(journal[0]) + [HELD] * len(held[0])
-        columns = [j + h for j, h in zip(journal, held, strict=True)]
-        topic, json = JOURNAL_SCHEMA.get_field_index("topic"), JSON_COLUMN
-        for name, lines in parts.documents.items():
-            dataset.append(DOCUMENTS)
-            for index, column in enumerate(columns):
-                column.append(name if index == topic else "\n".join(lines) if index == json
-                              else None)
-        trigger = JOURNAL_SCHEMA.get_field_index("trigger")
-        position = JOURNAL_SCHEMA.get_field_index("position")
-        for row in parts.calls:
-            dataset.append(CALLS)
-            for index, column in enumerate(columns):
-                column.append(row[0] if index == trigger else row[1] if index == position
-                              else row[2] if index == json else None)
-        arrays = [pa.array(dataset, type=pa.string())] + [
-            pa.array(column, type=f.type) for column, f in zip(columns, JOURNAL_SCHEMA,
-                                                               strict=True)]
-        return pa.RecordBatch.from_arrays(arrays, schema=RESULT_SCHEMA)
+        for dataset, rows in ((JOURNAL, parts.journal), (HELD, parts.held)):
+            if len(rows):
+                batch = rows.batch()
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([dataset] * batch.num_rows, type=pa.string()),
+                     *batch.columns], schema=RESULT_SCHEMA)
+        others: list[dict[str, Any]] = [
+            {"dataset": DOCUMENTS, "topic": name, "json": b"\n".join(lines).decode()}
+            for name, lines in parts.documents.items()]
+        others += [{"dataset": CALLS, "trigger": trigger, "position": position, "json": text}
+                   for trigger, position, text in parts.calls]
+        if others:
+            yield pa.RecordBatch.from_pylist(others, schema=RESULT_SCHEMA)

@@ -29,6 +29,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from onceflow.envelope import Document, Timestamp
 from onceflow.journal import JournalRecord
@@ -36,6 +37,7 @@ from onceflow.processor import Sink
 from onceflow.runners import TriggerRunner, load_callees
 from onceflow.scenario import SUSPEND, HistorySeed
 from onceflow.triggers import TriggerSet
+from onceflow.values import decode_value
 
 from .call_record import CallBook, Record
 from .local_output import write_results
@@ -117,7 +119,8 @@ class TriggerStage:
                 yield from write_results((out.take() for out in self._results(batches)),
                                          self.results_dir)
             else:
-                yield from (out.batch() for out in self._results(batches))
+                for out in self._results(batches):
+                    yield from out.batches()
 
     def _results(self, batches: Iterator[pa.RecordBatch]) -> Iterator[ResultBuilder]:
         """The task's results, whenever enough of them are ready to be taken."""
@@ -235,6 +238,7 @@ class _TriggerTask:
         next_start = float("-inf")
         earlier: Timestamp | None = None
         controls = self.times.controls
+        loads = orjson.loads
         for pos, index, w, fields in entries:
             if self.cuts or controls:
                 self._before(pos)
@@ -252,7 +256,13 @@ class _TriggerTask:
                 next_start = starts[split + 1] if split + 1 < len(starts) else float("inf")
             assert w is not None
             expire_due(later(earlier, w), sink)
-            document = Document(*fields)
+            # The inverse of rows.document_fields: the envelope from its line's text,
+            # decoded as the core decodes a line's value.
+            item = loads(fields[3])
+            document = Document(fields[0], fields[1], fields[2],
+                                item["value"] if "value" in item
+                                else decode_value(item["raw"].encode("utf-8")),
+                                *fields[4:])
             book.position = pos
             run_document(names[index], document, sink)
         self._drain()
