@@ -189,15 +189,6 @@ KEY_RULES = {
 }
 
 
-@pytest.mark.parametrize("pattern", sorted(KEY_RULES))
-def test_routing_and_history_keys_are_built_only_in_their_core_homes(pattern: str) -> None:
-    import re
-
-    found = {str(path.relative_to(ROOT)) for path in source_files()
-             if re.search(pattern, path.read_text(encoding="utf-8"))}
-    assert found <= KEY_RULES[pattern], found - KEY_RULES[pattern]
-
-
 def test_no_module_is_longer_than_500_lines() -> None:
     """A module past that is split by responsibility (CONVENTIONS: modules under ~400)."""
     long = {f"{path.relative_to(ROOT)}": n for folder in PACKAGES
@@ -232,13 +223,15 @@ RULE_HOMES = {
 }
 
 
-@pytest.mark.parametrize("pattern", sorted(RULE_HOMES))
-def test_partition_rules_are_written_only_in_their_core_homes(pattern: str) -> None:
+@pytest.mark.parametrize("pattern", sorted({**KEY_RULES, **RULE_HOMES}))
+def test_each_rule_is_written_only_in_its_core_home(pattern: str) -> None:
+    """The routing and history keys (KEY_RULES) and the partition rules (RULE_HOMES)."""
     import re
 
+    homes = {**KEY_RULES, **RULE_HOMES}[pattern]
     found = {str(path.relative_to(ROOT)) for path in source_files()
              if re.search(pattern, path.read_text(encoding="utf-8"))}
-    assert found <= RULE_HOMES[pattern], found - RULE_HOMES[pattern]
+    assert found <= homes, found - homes
 
 
 # What a runner's module must call (the core home of a rule), and what it must not write
