@@ -120,6 +120,22 @@ def until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
     raise AssertionError(f"the page never showed {what} (last: {last!r})")
 
 
+def fresh(read: Callable[[], Any]) -> Any:
+    """One read of the page, made again when a redraw replaced an element under it.
+
+    The console redraws its tables every few seconds: an element found before a redraw
+    is stale after it (a StaleElementReferenceException), so the read starts over.
+    """
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(50):
+        try:
+            return read()
+        except StaleElementReferenceException:
+            time.sleep(0.1)
+    return read()
+
+
 def raw_request(url: str, head: bytes) -> tuple[int, bytes]:
     """Send bytes exactly as given; (status, whole response)."""
     parts = urlsplit(url)
@@ -212,21 +228,24 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
     lag = until(lambda: (lambda t: t if "onceflow.route" in t else "")(text("lag")),
                 "the lag of the route topic")
     assert f"Consumer group {names.app_id}" in text("lag-group")
-    for topic in ("order", "left", "right"):
+    def lag_row(topic: str) -> tuple[str, str]:
         row_of = browser.find_element(By.CSS_SELECTOR, f'#lag tr[data-topic="{topic}"]')
-        shown = row_of.find_element(By.CSS_SELECTOR, "td.lag").text
+        return row_of.find_element(By.CSS_SELECTOR, "td.lag").text, row_of.text
+
+    for topic in ("order", "left", "right"):
+        shown, row = fresh(lambda topic=topic: lag_row(topic))
         assert shown.startswith(("0", "not known yet")), (topic, shown)
-        assert "2 partition(s)" in row_of.text
+        assert "2 partition(s)" in row
     assert "-changelog" not in lag and "committed" not in lag  # details closed
     assert "-changelog" not in workers  # the worker's own partition list: closed too
-    summary = browser.find_element(By.CSS_SELECTOR, '#lag tr[data-topic="order"] summary')
-    summary.click()
+    fresh(lambda: browser.find_element(
+        By.CSS_SELECTOR, '#lag tr[data-topic="order"] summary').click())
     until(lambda: "committed" in browser.find_element(
         By.CSS_SELECTOR, '#lag tr[data-topic="order"]').text, "the order partitions")
     time.sleep(3.5)  # a redraw keeps it open
-    assert "committed" in browser.find_element(
-        By.CSS_SELECTOR, '#lag tr[data-topic="order"]').text
-    browser.find_element(By.CSS_SELECTOR, "#workers summary").click()
+    assert "committed" in fresh(lambda: browser.find_element(
+        By.CSS_SELECTOR, '#lag tr[data-topic="order"]').text)
+    fresh(lambda: browser.find_element(By.CSS_SELECTOR, "#workers summary").click())
     until(lambda: "-changelog" in text("workers") and names.route in text("workers"),
           "every partition of the worker, changelogs included")
 
