@@ -83,6 +83,12 @@ class _Blocks:
         self._row(SUMMARY, pos, None, None, marshal.dumps(
             (control.ts, control.action, control.trigger, newest)))
 
+    def emit(self) -> Iterator[pa.RecordBatch]:
+        """The rows written so far, as one batch (nothing when there are none)."""
+        rows = self.batch()
+        if rows is not None:
+            yield rows
+
     def batch(self) -> pa.RecordBatch | None:
         """The rows written so far, as one batch (None when there are none)."""
         if not self.columns[0]:
@@ -223,16 +229,23 @@ def _add(item: dict[str, Any], ts: Any, topic: Any, partition: int, pos: int,
             out.wanted.setdefault((topic, partition), []).append(offset)
 
 
-class ReadLines:
-    """The read stage over JSON-lines files (value, file path, split start)."""
+class _ReadBatches:
+    """A read stage over Arrow batches of its input rows (mapInArrow's function)."""
 
     def __init__(self, ranks: dict[str, int]) -> None:
         self.ranks = ranks
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Parse every line for routing; a later stage gets the line's text."""
+        """Parse every record for routing; a later stage gets the record as a line."""
         with paused_gc():
             yield from self._run(batches)
+
+    def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        raise NotImplementedError
+
+
+class ReadLines(_ReadBatches):
+    """The read stage over JSON-lines files (value, file path, split start)."""
 
     def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         splits = _Splits(self.ranks, "line")
@@ -246,13 +259,9 @@ class ReadLines:
                     splits.enter(file, start, start, out)
                 _read_line(line, splits, out)
             out.close_block()
-            rows = out.batch()
-            if rows is not None:
-                yield rows
+            yield from out.emit()
         splits.close(out)
-        rows = out.batch()
-        if rows is not None:
-            yield rows
+        yield from out.emit()
 
 
 def _read_line(line: str | bytes, splits: _Splits, out: _Blocks) -> None:
@@ -311,13 +320,9 @@ class ReadLocalLines:
                 for line in lines:
                     _read_line(line, splits, out)
                 out.close_block()
-                rows = out.batch()
-                if rows is not None:
-                    yield rows
+                yield from out.emit()
         splits.close(out)
-        rows = out.batch()
-        if rows is not None:
-            yield rows
+        yield from out.emit()
 
 
 def _split_lines(path: str, start: int, end: int) -> Iterator[list[bytes]]:
@@ -354,17 +359,15 @@ def _split_lines(path: str, start: int, end: int) -> Iterator[list[bytes]]:
             yield pending
 
 
-class ReadParquet:
-    """The read stage over Parquet files with the record columns."""
+class ReadParquet(_ReadBatches):
+    """The read stage over Parquet files with the record columns.
+
+    Rows become the same records a JSON line would give.
+    """
 
     def __init__(self, ranks: dict[str, int], columns: tuple[str, ...]) -> None:
-        self.ranks = ranks
+        super().__init__(ranks)
         self.columns = columns
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Rows become the same records a JSON line would give."""
-        with paused_gc():
-            yield from self._run(batches)
 
     def _run(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         splits = _Splits(self.ranks, "row")
@@ -387,13 +390,9 @@ class ReadParquet:
                 _parquet_item(item)
                 _route(item, pos, splits, out, orjson.dumps(item, default=str))
             out.close_block()
-            batch_rows = out.batch()
-            if batch_rows is not None:
-                yield batch_rows
+            yield from out.emit()
         splits.close(out)
-        batch_rows = out.batch()
-        if batch_rows is not None:
-            yield batch_rows
+        yield from out.emit()
 
 
 def _column(array: pa.Array) -> list[Any]:
