@@ -190,9 +190,7 @@ class PartitionWorker(RejectMixin, ControlMixin):
         if self.batch.suspending_runs and (self.now is None or ts > self.now):
             await self.settle()
         self._advance(ts)
-        record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
-                        ts, None, self._key_text(delivery.key),
-                        self._headers(delivery))
+        record = self._record_of(delivery)
         if record.headers and H_REDELIVERY in record.headers:
             record.redelivers = self._stands_in_for(delivery, record)
         value = delivery.value

@@ -114,6 +114,16 @@ class RejectMixin:
             self._raw_key = key
             return key.decode("utf-8", "replace")
 
+    def _record_of(self, delivery: wire.Delivery, value: Any = None) -> Record:
+        """The core's record of a delivery, with `value` (decoded, or None for now).
+
+        Its key and headers are read as documents carry them (_key_text, _headers), which
+        keeps their raw parts aside for a dead-letter copy of the record.
+        """
+        return Record(self.rt.names.logical(delivery.topic), delivery.partition,
+                      delivery.offset, delivery.ts, value, self._key_text(delivery.key),
+                      self._headers(delivery))
+
     def _headers(self, delivery: wire.Delivery) -> dict[str, str]:
         """The record's headers as the core reads them: a null value is no header.
 
@@ -191,9 +201,7 @@ class RejectMixin:
         """Bad input at ingress, before any state is written: a record time too far ahead."""
         rt = self.rt
         value = delivery.value
-        record = Record(rt.names.logical(delivery.topic), delivery.partition, delivery.offset,
-                        delivery.ts, None, self._key_text(delivery.key),
-                        self._headers(delivery))
+        record = self._record_of(delivery)
         size = len(value or b"")
         if size <= rt.options.max_document_bytes:
             record.value = decode_value(value)
@@ -210,12 +218,8 @@ class RejectMixin:
         the reason, which names the record's coordinates; the record goes to the
         dead-letter topic as it was; the worker goes on (its offset is committed).
         """
-        topic = self.rt.names.logical(delivery.topic)
         log.warning("onceflow: %s", limits.clip(reason))
-        key = self._key_text(delivery.key)
-        record = Record(topic, delivery.partition, delivery.offset, delivery.ts,
-                        decode_value(delivery.value), key,
-                        self._headers(delivery))
+        record = self._record_of(delivery, decode_value(delivery.value))
         identity = None if trigger is not None else self.where(delivery)
         self._rejected(record, reason, identity, None, len(delivery.value or b""),
                        trigger=trigger)
