@@ -163,7 +163,7 @@ class _IngressTask:
         table = self.slots.table
         size = len(table)
         routes = self.routes
-        crc32 = zlib.crc32
+        group_of = self.slots.of
         ingress = self.ingress
         offsets = self.offsets
         journal: list[JournalRecord] = []
@@ -191,9 +191,7 @@ class _IngressTask:
                 fields = document_fields(document, line)
                 for trigger in targets:
                     index, prefix = routes[trigger.name]
-                    # Slots.of, inline: once per document and trigger.
-                    vpart = table[crc32(routing_key(trigger, document).encode(
-                        "utf-8", "surrogatepass"), prefix) % size]
+                    vpart = group_of(prefix, routing_key(trigger, document))
                     group = by_vpart.get(vpart)
                     if group is None:
                         group = by_vpart[vpart] = []
