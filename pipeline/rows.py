@@ -186,6 +186,12 @@ _FIELDS = attrgetter("trigger", "outcome", "identity", "activation", "ts", "topi
 JOIN_LINES = 256
 
 
+def in_joins(items: list[Any]) -> Iterator[list[Any]]:
+    """The items JOIN_LINES at a time: the lines made of each part are joined at once."""
+    for start in range(0, len(items), JOIN_LINES):
+        yield items[start:start + JOIN_LINES]
+
+
 class Rows:
     """Journal or held rows, turned into Arrow column by column.
 
@@ -268,8 +274,7 @@ class ResultBuilder:
     def journal(self, records: list[JournalRecord]) -> None:
         """Add journal records (with the JSON line `onceflow replay` prints)."""
         dumps = orjson.dumps
-        for start in range(0, len(records), JOIN_LINES):
-            part = records[start:start + JOIN_LINES]
+        for part in in_joins(records):
             self._journal.add(map(_FIELDS, part),
                               [dumps(r.as_dict(), default=json_default) for r in part])
         self._size += len(records)
@@ -281,8 +286,8 @@ class ResultBuilder:
         (in RESULT_SCHEMA rows: one `DOCUMENTS` row per topic and batch, `topic` and
         `json`, one document per line).
         """
-        for start in range(0, len(items), JOIN_LINES):
-            self._outputs(items[start:start + JOIN_LINES])
+        for part in in_joins(items):
+            self._outputs(part)
         self._size += len(items)
 
     def _outputs(self, items: list[Output]) -> None:
@@ -301,8 +306,7 @@ class ResultBuilder:
     def held(self, documents: list[tuple[str, Document]]) -> None:
         """Add the documents suspended triggers hold (trigger name, document)."""
         dumps = orjson.dumps
-        for start in range(0, len(documents), JOIN_LINES):
-            part = documents[start:start + JOIN_LINES]
+        for part in in_joins(documents):
             self._held.add(
                 [(trigger, None, doc.identity, doc.activation, doc.ts, doc.topic,
                   doc.partition, doc.offset, None, None, doc.position)
