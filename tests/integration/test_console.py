@@ -120,22 +120,6 @@ def until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
     raise AssertionError(f"the page never showed {what} (last: {last!r})")
 
 
-def fresh(read: Callable[[], Any]) -> Any:
-    """One read of the page, made again when a redraw replaced an element under it.
-
-    The console redraws its tables every few seconds: an element found before a redraw
-    is stale after it (a StaleElementReferenceException), so the read starts over.
-    """
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    for _ in range(50):
-        try:
-            return read()
-        except StaleElementReferenceException:
-            time.sleep(0.1)
-    return read()
-
-
 def raw_request(url: str, head: bytes) -> tuple[int, bytes]:
     """Send bytes exactly as given; (status, whole response)."""
     parts = urlsplit(url)
@@ -233,19 +217,22 @@ def test_console_in_a_browser(console: Console, browser: Any) -> None:
         return row_of.find_element(By.CSS_SELECTOR, "td.lag").text, row_of.text
 
     for topic in ("order", "left", "right"):
-        shown, row = fresh(lambda topic=topic: lag_row(topic))
+        # (until: one read of the row, again if a redraw made it stale)
+        shown, row = until(lambda topic=topic: lag_row(topic), f"the lag row of {topic}")
         assert shown.startswith(("0", "not known yet")), (topic, shown)
         assert "2 partition(s)" in row
     assert "-changelog" not in lag and "committed" not in lag  # details closed
     assert "-changelog" not in workers  # the worker's own partition list: closed too
-    fresh(lambda: browser.find_element(
-        By.CSS_SELECTOR, '#lag tr[data-topic="order"] summary').click())
+    until(lambda: browser.find_element(
+        By.CSS_SELECTOR, '#lag tr[data-topic="order"] summary').click() or True,
+          "a clickable summary in the order row")
     until(lambda: "committed" in browser.find_element(
         By.CSS_SELECTOR, '#lag tr[data-topic="order"]').text, "the order partitions")
     time.sleep(3.5)  # a redraw keeps it open
-    assert "committed" in fresh(lambda: browser.find_element(
-        By.CSS_SELECTOR, '#lag tr[data-topic="order"]').text)
-    fresh(lambda: browser.find_element(By.CSS_SELECTOR, "#workers summary").click())
+    assert "committed" in until(lambda: browser.find_element(
+        By.CSS_SELECTOR, '#lag tr[data-topic="order"]').text, "the order row")
+    until(lambda: browser.find_element(By.CSS_SELECTOR, "#workers summary").click() or True,
+          "a clickable summary of the workers")
     until(lambda: "-changelog" in text("workers") and names.route in text("workers"),
           "every partition of the worker, changelogs included")
 
