@@ -46,6 +46,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -252,26 +254,43 @@ async def copy_input(bootstrap: str, topic: str) -> None:
         await asyncio.gather(*pending)
 
 
+@contextmanager
+def script_process(script: Path, env: dict[str, str], log_path: Path
+                   ) -> Iterator[subprocess.Popen[bytes]]:
+    """A contender that is a Python script of its own, run with `env` added; stopped after."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([sys.executable, str(script)], env={**os.environ, **env},
+                                   stdout=log, stderr=subprocess.STDOUT,
+                                   preexec_fn=dies_with_parent())
+        try:
+            yield process
+        finally:
+            process.terminate()
+            process.wait(30)
+
+
 def script_run(broker: EmbeddedBroker, items: int, unique: set[str], name: str,
                script: Path, env: dict[str, str], output: str, log_path: Path
                ) -> tuple[float, float, Cpu]:
     """(docs/s, peak RSS MiB, CPU spent) of a contender that is a Python script of its own:
     run with `env` added, followed on `output` until one record per unique uuid."""
-    log = log_path.open("wb")
-    process = subprocess.Popen([sys.executable, str(script)], env={**os.environ, **env},
-                               stdout=log, stderr=subprocess.STDOUT,
-                               preexec_fn=dies_with_parent())
-    try:
+    with script_process(script, env, log_path) as process:
         cpu = Cpu({name: process.pid, "broker": broker.process.pid})  # type: ignore[union-attr]
         seconds, values = watch_outputs(broker.bootstrap, output, len(unique),
                                         lambda: process.poll() is None, cpu)
         rss = peak_rss_mib(process.pid)
         check_outputs(name, values, unique, "")
         return items / seconds, rss, cpu
-    finally:
-        process.terminate()
-        process.wait(30)
-        log.close()
+
+
+def quix_job(broker: EmbeddedBroker, workdir: Path, mode: str, name: str, topic: str,
+             output: str) -> tuple[Path, dict[str, str]]:
+    """The Quix Streams job's script and settings; `name` names its group and state."""
+    script = workdir / "quix_job.py"
+    script.write_text(QUIX)
+    return script, {"PEERS_MODE": mode, "PEERS_BROKER": broker.bootstrap, "PEERS_GROUP": name,
+                    "PEERS_STATE": str(workdir / name), "PEERS_INPUT": topic,
+                    "PEERS_OUTPUT": output}
 
 
 def quix_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path,
@@ -279,11 +298,7 @@ def quix_run(broker: EmbeddedBroker, items: int, unique: set[str], workdir: Path
     """(docs/s, peak RSS MiB, CPU spent) of Quix Streams keyed on the Kafka key or after
     group_by."""
     output = f"{PREFIX}quix-{mode}.out"
-    env = {"PEERS_MODE": mode, "PEERS_BROKER": broker.bootstrap,
-           "PEERS_GROUP": f"quix-{mode}", "PEERS_STATE": str(workdir / f"quix-{mode}"),
-           "PEERS_INPUT": INPUT, "PEERS_OUTPUT": output}
-    script = workdir / "quix_job.py"
-    script.write_text(QUIX)
+    script, env = quix_job(broker, workdir, mode, f"quix-{mode}", INPUT, output)
     return script_run(broker, items, unique, f"quix {mode}", script, env, output,
                       workdir / f"quix-{mode}.log")
 
@@ -323,22 +338,11 @@ def quix_latency(broker: EmbeddedBroker, workdir: Path, rate: float,
                  seconds: float) -> dict[str, float]:
     """Latency figures of the Quix Streams job keyed on the Kafka key at `rate`."""
     topic, output = f"{PREFIX}lat-quix.in", f"{PREFIX}quix-lat.out"
-    env = {"PEERS_MODE": "key", "PEERS_BROKER": broker.bootstrap, "PEERS_GROUP": "quix-lat",
-           "PEERS_STATE": str(workdir / "quix-lat"), "PEERS_INPUT": topic,
-           "PEERS_OUTPUT": output}
-    script = workdir / "quix_job.py"
-    script.write_text(QUIX)
+    script, env = quix_job(broker, workdir, "key", "quix-lat", topic, output)
     asyncio.run(ensure_topics(broker.bootstrap, [TopicSpec(topic, "input", 4, -1, RETENTION)]))
-    with (workdir / "quix-lat.log").open("wb") as log:
-        process = subprocess.Popen([sys.executable, str(script)], env={**os.environ, **env},
-                                   stdout=log, stderr=subprocess.STDOUT,
-                                   preexec_fn=dies_with_parent())
-        try:
-            return asyncio.run(latency.measure(broker.bootstrap, topic, output, rate, seconds,
-                                               lambda: process.poll() is None))
-        finally:
-            process.terminate()
-            process.wait(30)
+    with script_process(script, env, workdir / "quix-lat.log") as process:
+        return asyncio.run(latency.measure(broker.bootstrap, topic, output, rate, seconds,
+                                           lambda: process.poll() is None))
 
 
 def print_latency(rate: float, seconds: float, figures: dict[str, dict[str, float]]) -> None:
