@@ -26,6 +26,7 @@ Both runners must give the same multiset of journal outcomes and one output a un
 uuid; the bench fails otherwise.
 
     .venv/bin/python bench/partition.py [--documents 200000] [--repeat 3] [--profile FILE]
+                                        [--only none|replay|worker|floor]
 """
 
 from __future__ import annotations
@@ -192,6 +193,9 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", help="write a cProfile of one worker run to this file")
+    parser.add_argument("--only", choices=("none", "replay", "worker", "floor"),
+                        help="make the records and run this runner once (or none), printing "
+                        "nothing: what bench/instructions.py counts under callgrind")
     args = parser.parse_args()
     import tomllib
 
@@ -203,6 +207,16 @@ def main() -> None:
     threshold = WorkerSettings.model_fields["gc_threshold"].default
     items = records(args.documents)
     unique = len({key for _, _, key, _, _ in items})
+    if args.only is not None:
+        gc.set_threshold(*threshold)
+        if args.only == "replay":
+            gc.disable()
+            replay(triggers, items)
+        elif args.only == "worker":
+            worker(triggers, items)
+        elif args.only == "floor":
+            floor(items)
+        return
     if args.profile:
         gc.set_threshold(*threshold)
         profiler = cProfile.Profile()
