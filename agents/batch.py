@@ -35,18 +35,33 @@ from onceflow.tables.state import UndoLog
 from onceflow.triggers import ON_FAILURE_SUSPEND
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(init=False, slots=True, eq=False)
 class Take:
     """One document decided for one trigger, and what it produced."""
 
     processor: TriggerProcessor
     doc: Document
     sink: Sink
-    run: Run | None = None
-    undo: UndoLog | None = None
-    result: ServiceResult | None = None
-    rolled_back: bool = False
-    waiting: bool = False  # not decided yet: it waits for a run of its sub-batch
+    run: Run | None
+    undo: UndoLog | None
+    result: ServiceResult | None
+    rolled_back: bool
+    waiting: bool  # not decided yet: it waits for a run of its sub-batch
+
+    # Written out (not the dataclass's): mypyc compiles this one, while it leaves the
+    # generated __init__ interpreted (one Take a document).
+    def __init__(self, processor: TriggerProcessor, doc: Document, sink: Sink,
+                 run: Run | None = None, undo: UndoLog | None = None,
+                 result: ServiceResult | None = None, rolled_back: bool = False,
+                 waiting: bool = False) -> None:
+        self.processor = processor
+        self.doc = doc
+        self.sink = sink
+        self.run = run
+        self.undo = undo
+        self.result = result
+        self.rolled_back = rolled_back
+        self.waiting = waiting
 
 
 def doc_keys(processor: TriggerProcessor, doc: Document) -> list[tuple[str, str, str]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -232,7 +232,7 @@ def route_partition(key: str, partitions: int) -> int:
     return kafka_partition(key.encode(), partitions)
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class Delivery:
     """One record as the worker received it (topic under its real name)."""
 
@@ -243,8 +243,23 @@ class Delivery:
     key: bytes | None
     value: bytes | None
     # A header value may be null (Kafka allows it; Java clients send them).
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
-    handle: Any = None  # its topic-partition, under which the transport acknowledges it
+    headers: list[tuple[str, bytes | None]]
+    handle: Any  # its topic-partition, under which the transport acknowledges it
+
+    # Written out: mypyc compiles it, the dataclass's generated one stays interpreted
+    # (one Delivery a record).
+    def __init__(self, topic: str, partition: int, offset: int, ts: Timestamp | None,
+                 key: bytes | None, value: bytes | None,
+                 headers: list[tuple[str, bytes | None]] | None = None,
+                 handle: Any = None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.ts = ts
+        self.key = key
+        self.value = value
+        self.headers = [] if headers is None else headers
+        self.handle = handle
 
 
 def header_dict(headers: list[tuple[str, bytes | None]] | None) -> dict[str, str]:

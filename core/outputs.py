@@ -31,7 +31,7 @@ from .values import (
 DEAD_LETTER_TOPIC: Final = "onceflow.dead-letter"
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class Output:
     """A document for an output, error, in-doubt, reply-to or the dead-letter topic."""
 
@@ -39,6 +39,14 @@ class Output:
     key: str | None
     value: Any
     headers: dict[str, str]
+
+    # Written out: mypyc compiles it, the dataclass's generated one stays interpreted.
+    def __init__(self, topic: str, key: str | None, value: Any,
+                 headers: dict[str, str]) -> None:
+        self.topic = topic
+        self.key = key
+        self.value = value
+        self.headers = headers
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return by_fields(self)
