@@ -97,3 +97,42 @@ def test_the_state_transport_reads_on_a_consumer_is_there() -> None:
 async def test_an_aiokafka_consumer_keeps_its_fetch_wait_where_transport_sets_it() -> None:
     consumer = aiokafka.AIOKafkaConsumer(fetch_max_wait_ms=123)
     assert consumer._fetch_max_wait_ms == 123
+
+
+async def test_the_outbox_fills_aiokafka_batches_as_batch_append_would() -> None:
+    # tables/outbox.py appends to a BatchBuilder's record builder directly and then sets
+    # the count BatchBuilder.append keeps: the batches must be the ones append makes.
+    import asyncio
+
+    from aiokafka.producer.message_accumulator import BatchBuilder
+    from onceflow.tables.outbox import KafkaSender, Outbox
+
+    sent: list[Any] = []
+
+    class Producer:
+        def create_batch(self) -> BatchBuilder:
+            return BatchBuilder(600, 0)
+
+        async def send_batch(self, batch: BatchBuilder, topic: str, *,
+                             partition: int) -> Any:
+            sent.append(batch)
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(SimpleNamespace(offset=0))
+            return done
+
+    records = [(f"k{i}".encode(), b"v" * (i * 7), [("h", b"x"), ("n", None)], 1000 + i)
+               for i in range(40)]
+    outbox = Outbox()
+    for key, value, headers, ts in records:
+        outbox.add("t", 0, key, value, headers, ts)
+    await KafkaSender(Producer()).send(outbox)
+    assert len(sent) > 1  # some records did not fit the first batch
+    expected: list[BatchBuilder] = [BatchBuilder(600, 0)]
+    for key, value, headers, ts in records:
+        if expected[-1].append(timestamp=ts, key=key, value=value, headers=headers) is None:
+            expected.append(BatchBuilder(600, 0))
+            assert expected[-1].append(timestamp=ts, key=key, value=value,
+                                       headers=headers) is not None
+    assert [b.record_count() for b in sent] == [b.record_count() for b in expected]
+    assert sum(b.record_count() for b in sent) == len(records)
+    assert [bytes(b._build()) for b in sent] == [bytes(b._build()) for b in expected]
