@@ -136,11 +136,13 @@ def document_fields(doc: Document, line: bytes) -> tuple[Any, ...]:
     or for a redelivery without a value the line that had it): marshalling the decoded
     envelope and unmarshalling it cost more than decoding the line again.  The message id
     goes as the header gave it (None: the record's coordinates, which the document on the
-    other side makes again if something asks for them).
+    other side makes again if something asks for them).  Headers go as None when there
+    are none (a Document makes its own empty ones), and the position not at all: the
+    row's entry carries it.
     """
     return (doc.type, doc.identity, doc.activation, line, doc.ts, doc.topic,
             doc.partition, doc.offset, doc.given_message_id, doc.delivery_count, doc.key,
-            doc.headers, doc.position)
+            doc.headers or None)
 
 
 def final_fields(item: JournalRecord | Output) -> tuple[Any, ...]:
