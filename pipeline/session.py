@@ -71,9 +71,14 @@ def build_session(
         # can reach the driver too (a local master: the loopback address).
         os.environ.setdefault("SPARK_LOCAL_IP", address)
     if local:
+        # Shuffle files stay on this machine: compressing them (lz4) spends the JVM's
+        # CPU, which the Python workers share, to save disk writes that mostly stay in the
+        # page cache.
         builder = (builder.master(master or "local[*]")
                    .config("spark.ui.enabled", "false")
-                   .config("spark.driver.memory", "2g"))
+                   .config("spark.driver.memory", "2g")
+                   .config("spark.shuffle.compress", "false")
+                   .config("spark.shuffle.spill.compress", "false"))
     java_options = []
     if quiet:
         java_options.append(f"-Dlog4j.configurationFile=file:{quiet_log4j_file()}")

@@ -262,7 +262,7 @@ class _TriggerTask:
             document = Document(fields[0], fields[1], fields[2],
                                 item["value"] if "value" in item
                                 else decode_value(item["raw"].encode("utf-8")),
-                                *fields[4:])
+                                *fields[4:], pos)
             book.position = pos
             run_document(names[index], document, sink)
         self._drain()
