@@ -34,13 +34,13 @@ COMPILED = [
     "scenario", "scripted", "store", "tomltext", "triggers",
 ]
 # The worker's per-record path outside the core: buffered table state, the outbox and its
-# sender, the route wire format, record limits and sub-batches.  Plain typed Python too,
-# compiled for the same reason (bench/partition.py measures the worker's path against the
-# core's).  Packages other than the core stay interpreted where they subclass or patch
+# sender, the route wire format, record limits, sub-batches and fitting their outputs to
+# the limit.  Plain typed Python too, compiled for the same reason (bench/partition.py
+# measures the worker's path against the core's).  Packages other than the core stay interpreted where they subclass or patch
 # Faust and aiokafka classes.
 COMPILED_WORKER = {
     "tables": ["state", "outbox"],
-    "agents": ["wire", "limits", "batch", "clock"],
+    "agents": ["wire", "limits", "batch", "clock", "fitting"],
 }
 # Modules the compiled ones import that stay interpreted (mypyc must still read them).
 READ_ONLY_WORKER = {

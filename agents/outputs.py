@@ -1,21 +1,17 @@
-"""What a sub-batch writes besides state: reply-to copies first, then every output made to fit.
+"""What a sub-batch writes besides state: the reply-to copies of its failed runs.
 
-Reply-to copies.  A run that fails sends its error document to the trigger's error topic
-and a copy to each reply-to topic its documents name.  The reply-to topic comes from the
-publisher, so the worker does not let it fail the batch: a name that is not a legal Kafka
-topic name, or one of onceflow's own topics, is not used; a legal one is created when
-missing (agents/topics.py) and the copies are written on their own, before the rest of the
-batch, waiting at most REPLY_WAIT seconds.  A copy that cannot go where it was asked goes
-to the dead-letter topic with the reason.  The error document always goes to the error
-topic and lists what became of each copy (`reply_to`); the journal's `error` records say
-when a copy did not reach its topic.
+A run that fails sends its error document to the trigger's error topic and a copy to each
+reply-to topic its documents name.  The reply-to topic comes from the publisher, so the
+worker does not let it fail the batch: a name that is not a legal Kafka topic name, or one
+of onceflow's own topics, is not used; a legal one is created when missing
+(agents/topics.py) and the copies are written on their own, before the rest of the batch,
+waiting at most REPLY_WAIT seconds.  A copy that cannot go where it was asked goes to the
+dead-letter topic with the reason.  The error document always goes to the error topic and
+lists what became of each copy (`reply_to`); the journal's `error` records say when a copy
+did not reach its topic.
 
-Record size.  Every output is measured against ONCEFLOW_MAX_RECORD_BYTES and goes out by
-reference when it does not fit (agents/limits.py); the journal records of its document say
-so.  A service result cannot go by reference (it exists nowhere else): a run whose result
-is too large ends as a service error instead (refuse_oversized_results), before it is
-completed, so its history entry, journal records, error document and reply-to copies are
-those of any failed run.
+Every output, the copies included, is then made to fit the record limit
+(agents/fitting.py).
 """
 
 from __future__ import annotations
@@ -25,54 +21,20 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-from onceflow import journal as J
 from onceflow.envelope import Document
-from onceflow.outputs import DEAD_LETTER_TOPIC, Output, output_headers, output_letter
-from onceflow.running import ERROR, OK, SUSPEND, ServiceResult
+from onceflow.outputs import DEAD_LETTER_TOPIC, Output, output_letter
+from onceflow.running import OK, SUSPEND
 from onceflow.tables.outbox import Outbox
 
 from . import limits, wire
 from .batch import Take
 from .context import Shared
+from .fitting import note_terminal
 from .topics import illegal_topic_name
 
 log = logging.getLogger("onceflow.worker")
 
 REPLY_WAIT = 10.0  # seconds a reply-to topic has to take its copies
-RESULT_TOO_LARGE = "ResultTooLarge"  # the error type of a run whose result is too large
-
-
-def refuse_oversized_results(takes: list[Take], limit: int) -> None:
-    """Make a run whose service result would be a record over `limit` a service error.
-
-    Its error document (with its input documents, by reference if they are large too)
-    goes to the trigger's error topic and to reply-to topics, its journal records are
-    `error`, and its completed history entry is a failed one: the result is lost only
-    in the sense that the service must run again (resubmit it, `--outcome error`) after
-    it returns less, or after the limit is raised.  A result that fits is kept encoded.
-    """
-    for take in takes:
-        run, result = take.run, take.result
-        if take.rolled_back or run is None or result is None or result.outcome != OK \
-                or result.value is None or type(result.value) is orjson.Fragment:
-            continue
-        try:
-            data = orjson.dumps(result.value)
-        except TypeError:
-            continue  # not JSON: limits.fit publishes a note saying so
-        trigger = take.processor.trigger
-        key = run.activation if run.activation is not None else run.newest.key
-        output = Output(trigger.output, key, None,
-                        output_headers(trigger, run.identity, run.activation))
-        size = limits.output_size(output, data, limit)
-        if size <= limit:
-            result.value = orjson.Fragment(data)  # encoded once (limits.encode)
-            continue
-        message = (f"the service result is {size} bytes, {size - limit} bytes over "
-                   f"{limits.SETTING} ({limit}): it was not published on {trigger.output}")
-        take.result = ServiceResult(ERROR, None, result.attempts, RESULT_TOO_LARGE, message,
-                                    result.retries)
 
 
 @dataclass(slots=True)
@@ -173,38 +135,4 @@ def _tell(take: Take, copies: list[ReplyCopy]) -> None:
     failed = [f"reply-to {copy.fate['reason']}: the copy went to {DEAD_LETTER_TOPIC}"
               for copy in copies if not copy.fate.get("sent")]
     if failed:
-        _note(take, "; ".join(failed))
-
-
-def _note(take: Take, note: str) -> None:
-    """Add to the reason of the take's terminal journal records."""
-    for record in take.sink.journal:
-        if record.outcome in J.TERMINAL:
-            record.reason = f"{record.reason}; {note}" if record.reason else note
-
-
-def fit_take(take: Take, limit: int) -> None:
-    """Make every output of a take fit the record limit (by reference if it must)."""
-    outputs = take.sink.outputs
-    if not outputs:
-        return
-    trigger = take.processor.trigger
-    members = take.run.members if take.run is not None else [take.doc]
-    notes = []
-    for output in outputs:
-        topic = output.topic
-        if topic == trigger.output:
-            kind = "output"
-        elif topic == trigger.error:
-            kind = "error"
-        elif topic == trigger.in_doubt:
-            kind = "in-doubt"
-        elif topic == DEAD_LETTER_TOPIC:
-            kind = "dead-letter"
-        else:
-            kind = "reply"
-        note = limits.fit(output, kind, members, limit)
-        if note is not None:
-            notes.append(note)
-    if notes:
-        _note(take, "; ".join(notes))
+        note_terminal(take, "; ".join(failed))

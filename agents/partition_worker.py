@@ -63,8 +63,9 @@ from . import clock, limits, wire
 from .batch import SubBatch, Take, complete_runs, decide_waiting, run_services, suspends
 from .context import Shared
 from .controls import ControlMixin
+from .fitting import fit_take, refuse_oversized_results
 from .held import HeldInControl
-from .outputs import deliver_replies, fit_take, refuse_oversized_results
+from .outputs import deliver_replies
 from .rejects import RecordFault, RejectMixin, claims, stops_the_worker
 
 log = logging.getLogger("onceflow.worker")
