@@ -98,41 +98,16 @@ class RejectMixin:
             self._failed_input(delivery, reason)
             await self._flush()
 
-    def _key_text(self, key: bytes | None) -> str | None:
-        """A record key as documents carry it; bytes that are not UTF-8 are kept aside.
-
-        The key only partitions what a document produces, so one that is not UTF-8 is
-        read with U+FFFD (an Avro or integer key is not bad input); a dead-letter copy of
-        the record holds its bytes in "key_base64" (see _rejected).
-        """
-        self._raw_key = None
-        if not key:
-            return None
-        try:
-            return key.decode("utf-8")
-        except UnicodeDecodeError:
-            self._raw_key = key
-            return key.decode("utf-8", "replace")
-
     def _record_of(self, delivery: wire.Delivery, value: Any = None) -> Record:
         """The core's record of a delivery, with `value` (decoded, or None for now).
 
-        Its key and headers are read as documents carry them (_key_text, _headers), which
-        keeps their raw parts aside for a dead-letter copy of the record.
+        Its key and headers are read as documents carry them (wire.record_of); a key that
+        is not UTF-8 and the names of null headers are kept aside for a dead-letter copy
+        of the record (see _rejected).
         """
-        return Record(self.rt.names.logical(delivery.topic), delivery.partition,
-                      delivery.offset, delivery.ts, value, self._key_text(delivery.key),
-                      self._headers(delivery))
-
-    def _headers(self, delivery: wire.Delivery) -> dict[str, str]:
-        """The record's headers as the core reads them: a null value is no header.
-
-        The names of null ones are kept aside for a dead-letter copy (see _rejected).
-        """
-        headers = delivery.headers
-        self._null_headers = [name for name, value in headers if value is None] \
-            if headers else []
-        return wire.header_dict(headers) if headers else {}
+        record, self._raw_key, self._null_headers = wire.record_of(
+            delivery, self.rt.names.logical(delivery.topic), value)
+        return record
 
     def _keep_letter(self, letter: Output, size: int) -> None:
         """Send a dead letter of the record at hand (by reference if it must: its size)."""

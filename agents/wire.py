@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
-from onceflow.envelope import Document, Timestamp
+from onceflow.envelope import Document, Record, Timestamp
 from onceflow.journal import JournalRecord
 from onceflow.keys import kafka_partition
 from onceflow.outputs import DEAD_LETTER_TOPIC, Output
@@ -260,6 +260,40 @@ class Delivery:
         self.value = value
         self.headers = [] if headers is None else headers
         self.handle = handle
+
+
+def record_of(delivery: Delivery, topic: str, value: Any = None
+              ) -> tuple[Record, bytes | None, list[str]]:
+    """A delivery as the core's Record under its logical `topic`, with what is kept aside.
+
+    `value` is the decoded value, or None for now.  Aside: the key's bytes when they are
+    not UTF-8, and the names of the headers whose value is null.  The key only partitions
+    what a document produces, so one that is not UTF-8 is read with U+FFFD (an Avro or
+    integer key is not bad input); a dead-letter copy of the record holds its bytes
+    ("key_base64").  A header whose value is null is no header (header_dict); a
+    dead-letter copy names it.
+    """
+    key = delivery.key
+    text: str | None = None
+    raw_key: bytes | None = None
+    if key:
+        try:
+            text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            raw_key = key
+            text = key.decode("utf-8", "replace")
+    headers = delivery.headers
+    if headers:
+        nulls = [name for name, data in headers if data is None]
+        read = header_dict(headers)
+    else:
+        nulls = []
+        read = {}
+    ts = delivery.ts
+    if ts is None:  # as the core's Record itself refuses it
+        raise TypeError(f"record {topic}/{delivery.partition}@{delivery.offset} has no time")
+    return (Record(topic, delivery.partition, delivery.offset, ts, value, text, read),
+            raw_key, nulls)
 
 
 def header_dict(headers: list[tuple[str, bytes | None]] | None) -> dict[str, str]:

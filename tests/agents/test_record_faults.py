@@ -208,7 +208,7 @@ async def test_the_last_resort_keeps_the_bytes_of_what_it_cannot_read(
     # from the record's bytes alone.
     c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
     fail_on(monkeypatch, "i-1")
-    monkeypatch.setattr(partition_module.wire, "header_dict", _broken_header_dict)
+    monkeypatch.setattr(partition_module.wire, "record_of", _broken_record_of)
     await c.runtime.handle([
         Delivery("inv", 0, 0, 1, b"\xff", orjson.dumps({"uuid": "i-1"}),
                  [("n", None), ("t", b"text"), ("b", b"\xfe")]),
@@ -221,7 +221,7 @@ async def test_the_last_resort_keeps_the_bytes_of_what_it_cannot_read(
     assert letter["key_base64"] == "/w=="
 
 
-def _broken_header_dict(headers: Any) -> dict[str, str]:
+def _broken_record_of(*args: Any) -> Any:
     raise TypeError("tuple[str, bytes] object expected; got tuple[str, None]")
 
 
