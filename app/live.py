@@ -216,12 +216,13 @@ class LiveRun:
                                        for a in answers)]
                 if not pending:
                     return
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise OnceflowError(
                     f"no journal record for input line {item.index + 1} ({record.topic}/"
                     f"{record.partition}@{record.offset}) after {self.record_timeout} s; "
                     f"see {self.worker.log_path}")
-            await journal.wait(0.2)
+            await journal.wait(min(0.2, left))
 
     def _index(self, journal: TopicFollower) -> None:
         records = journal.records
@@ -247,10 +248,11 @@ class LiveRun:
                     if r.key == barrier.encode()}
             if len(done) == self.partitions:
                 return
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise OnceflowError(f"the worker did not reach a barrier in "
                                     f"{self.record_timeout} s; see {self.worker.log_path}")
-            await acks.wait(0.2)
+            await acks.wait(min(0.2, left))
 
 
 def run_live(path: str, *, bootstrap: str | None = None,
