@@ -36,8 +36,8 @@ COMPILED = [
 # The worker's per-record path outside the core: buffered table state, the outbox and its
 # sender, the route wire format, record limits, sub-batches and fitting their outputs to
 # the limit.  Plain typed Python too, compiled for the same reason (bench/partition.py
-# measures the worker's path against the core's).  Packages other than the core stay interpreted where they subclass or patch
-# Faust and aiokafka classes.
+# measures the worker's path against the core's).  Packages other than the core stay
+# interpreted where they subclass or patch Faust and aiokafka classes.
 COMPILED_WORKER = {
     "tables": ["state", "outbox"],
     "agents": ["wire", "limits", "batch", "clock", "fitting"],
