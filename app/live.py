@@ -216,13 +216,21 @@ class LiveRun:
                                        for a in answers)]
                 if not pending:
                     return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise OnceflowError(
-                    f"no journal record for input line {item.index + 1} ({record.topic}/"
-                    f"{record.partition}@{record.offset}) after {self.record_timeout} s; "
-                    f"see {self.worker.log_path}")
-            await journal.wait(min(0.2, left))
+            await self._wait_until(journal, deadline, (
+                f"no journal record for input line {item.index + 1} ({record.topic}/"
+                f"{record.partition}@{record.offset}) after {self.record_timeout} s"))
+
+    async def _wait_until(self, follower: TopicFollower, deadline: float,
+                          failure: str) -> None:
+        """Wait a little for new records, or fail (naming the worker's log) past deadline.
+
+        The wait ends at the deadline, never after it: a run that allows a record 1 ms
+        gets 1 ms.
+        """
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise OnceflowError(f"{failure}; see {self.worker.log_path}")
+        await follower.wait(min(0.2, left))
 
     def _index(self, journal: TopicFollower) -> None:
         records = journal.records
@@ -248,11 +256,8 @@ class LiveRun:
                     if r.key == barrier.encode()}
             if len(done) == self.partitions:
                 return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise OnceflowError(f"the worker did not reach a barrier in "
-                                    f"{self.record_timeout} s; see {self.worker.log_path}")
-            await acks.wait(min(0.2, left))
+            await self._wait_until(acks, deadline, f"the worker did not reach a barrier "
+                                   f"in {self.record_timeout} s")
 
 
 def run_live(path: str, *, bootstrap: str | None = None,
