@@ -102,7 +102,9 @@ def main() -> None:
     base = V1 if V1.is_dir() else V2
     group = base / f"onceflow-suite-{os.getpid()}"
     group.mkdir()
-    timeline = Path(tempfile.mkstemp(prefix="onceflow-suite-", suffix=".jsonl")[1])
+    handle, name = tempfile.mkstemp(prefix="onceflow-suite-", suffix=".jsonl")
+    os.close(handle)  # the test processes append to it by name
+    timeline = Path(name)
     env = {**os.environ, ENV_GROUP: str(group), ENV_OUT: str(timeline),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "bench"),
                                                        os.environ.get("PYTHONPATH")]))}
