@@ -111,6 +111,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 SPARK_SCOPES = {
     "tests/spark/test_spark_generated.py": "spark-1",
     "tests/spark/test_spark_plan.py": "spark-1",
+    "tests/spark/test_spark_audit_keys.py": "spark-1",
     "tests/spark/test_spark_report.py": "spark-2",
     "tests/spark/test_spark_scenarios.py": "spark-2",
     "tests/spark/test_spark_archive.py": "spark-2",
@@ -122,6 +123,7 @@ LONGEST_FIRST = (
     "tests/deploy/test_container.py",
     "tests/integration/test_live_scenarios.py",
     "tests/spark/test_spark_generated.py", "tests/spark/test_spark_plan.py",
+    "tests/spark/test_spark_audit_keys.py",
     "tests/spark/test_spark_report.py", "tests/spark/test_spark_scenarios.py",
     "tests/spark/test_spark_archive.py",
     "tests/spark/test_spark_cluster.py",
@@ -155,6 +157,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     integration modules, then the rest, so that with several processes the short modules
     fill in around the long ones and end the run."""
     order = (*LONGEST_FIRST, *LONGER_NEXT)
+    # A module on the shared session outside SPARK_SCOPES would start a JVM of its own in
+    # whichever process it lands (about 7 s of CPU, and a cold JVM's slower first jobs).
+    strays = sorted({item.nodeid.split("::")[0] for item in items
+                     if "spark" in getattr(item, "fixturenames", ())
+                     and item.nodeid.split("::")[0] not in SPARK_SCOPES})
+    if strays:
+        raise pytest.UsageError("modules on the shared Spark session that SPARK_SCOPES "
+                                f"(tests/conftest.py) does not place: {', '.join(strays)}")
 
     def rank(item: pytest.Item) -> int:
         for place, start in enumerate(order):
