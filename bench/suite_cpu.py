@@ -105,7 +105,9 @@ def main() -> None:
     handle, name = tempfile.mkstemp(prefix="onceflow-suite-", suffix=".jsonl")
     os.close(handle)  # the test processes append to it by name
     timeline = Path(name)
+    # As `make test` runs it: bytecode kept whatever the environment says (the Makefile).
     env = {**os.environ, ENV_GROUP: str(group), ENV_OUT: str(timeline),
+           "PYTHONDONTWRITEBYTECODE": "",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "bench"),
                                                        os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "pytest", "-q", "-n", str(args.processes),
