@@ -17,17 +17,19 @@ $(STAMP): pyproject.toml setup.py $(wildcard core/*.py tables/*.py agents/*.py)
 demo: $(STAMP)
 	$(BIN)/python -m onceflow.app.demo
 
-# Eight processes on two cores: the integration tests wait on the broker and on consumer
+# Twelve processes on two cores: the integration tests wait on the broker and on consumer
 # groups much of the time (a worker's first group join on the embedded broker takes half
-# its 10 s session), so with four a run used about one core (7m19s); with eight, 5m28s
-# (2026-11-27).  Serially (TEST_PROCESSES=0) every test still passes.
-TEST_PROCESSES ?= 8
+# its 10 s session).  With eight, the processes' tests summed to 2,092 s of wall time
+# (at least 261 s a run) while the cores were half idle in its second half; with twelve
+# a run's wall time follows its CPU (bench/suite_cpu.py, 2026-11-27: 260 s for 476 s of
+# CPU).  Serially (TEST_PROCESSES=0) every test still passes.
+TEST_PROCESSES ?= 12
 
 # Python keeps compiled bytecode (__pycache__, git-ignored) as it does by default, also where
 # the environment says not to (PYTHONDONTWRITEBYTECODE, set on the CI machines): without it
 # each of the suite's processes compiled every test module and every interpreted onceflow
 # module it imported again (collecting the tests: 4.1 s of CPU a process, 1.9 s with the
-# bytecode kept, nine processes a run).
+# bytecode kept, thirteen processes a run).
 test: $(STAMP)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadscope
 

@@ -16,7 +16,7 @@ starts is counted, and prints:
 Needs root (it writes under /sys/fs/cgroup).  Other work on the machine does not enter
 the counts, though it slows the run.
 
-    .venv/bin/python bench/suite_cpu.py [--processes 8] [--top 30] [-- PYTEST ARGS...]
+    .venv/bin/python bench/suite_cpu.py [--processes 12] [--top 30] [-- PYTEST ARGS...]
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--processes", type=int, default=12)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
