@@ -128,11 +128,7 @@ def test_cli_spark_replay_then_audit_of_a_broken_journal_exits_nonzero(
         assert (output / name).exists(), name
     lines = [line for part in sorted((output / "journal.jsonl").glob("part-*"))
              for line in part.read_bytes().splitlines() if line]
-    good = tmp_path / "good.jsonl"
-    good.write_bytes(b"\n".join(lines) + b"\n")
-    assert main(["spark", "audit", "--input", str(folder), "--journal", str(good),
-                 "--report", str(tmp_path / "good.html"), "--quiet"]) == 0
-    assert "audit PASSED" in capsys.readouterr().out
+    # (`spark audit` of a journal that passes, exit 0: the standalone cluster's test.)
     dropped = orjson.loads(lines[0])
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(b"\n".join(lines[1:]) + b"\n")
