@@ -34,18 +34,22 @@ COMPILED = [
     "scenario", "scripted", "store", "tomltext", "triggers",
 ]
 # The worker's per-record path outside the core: buffered table state, the outbox and its
-# sender, the route wire format, record limits, sub-batches and fitting their outputs to
-# the limit.  Plain typed Python too, compiled for the same reason (bench/partition.py
-# measures the worker's path against the core's).  Packages other than the core stay
-# interpreted where they subclass or patch Faust and aiokafka classes.
+# sender, the route wire format, record limits, sub-batches, fitting their outputs to the
+# limit, and the partition worker itself with its two mixins (mypyc traits: what it does
+# with records it cannot decide, and control messages).  Plain typed Python too, compiled
+# for the same reason (bench/partition.py and bench/instructions.py measure the worker's
+# path against the core's).  Packages other than the core stay interpreted where they
+# subclass or patch Faust and aiokafka classes.
 COMPILED_WORKER = {
     "tables": ["state", "outbox"],
-    "agents": ["wire", "limits", "batch", "clock", "fitting"],
+    "agents": ["wire", "limits", "batch", "clock", "fitting", "partition_worker", "rejects",
+               "controls"],
 }
-# Modules the compiled ones import that stay interpreted (mypyc must still read them).
+# Modules the compiled ones import that stay interpreted (mypyc must still read them; the
+# third-party packages they import are read as Any where pyproject.toml's [tool.mypy] says).
 READ_ONLY_WORKER = {
     "tables": ["__init__", "raw_partition"],
-    "agents": ["__init__", "signing"],
+    "agents": ["__init__", "signing", "context", "metrics", "topics", "held", "outputs"],
 }
 
 
@@ -93,7 +97,10 @@ def compiled_core() -> list:
     os.chdir(stage.parent)  # mypyc's module names come from the paths it is given
     try:
         extensions = mypycify(
-            [f"onceflow/{name}.py" for name in COMPILED]
+            # pyproject.toml's [tool.mypy] (strict, and the third-party packages read as
+            # Any), named: the stage is outside the folders mypy would look in for it.
+            [f"--config-file={HERE / 'pyproject.toml'}"]
+            + [f"onceflow/{name}.py" for name in COMPILED]
             + ["onceflow/__init__.py", "onceflow/errors.py"] + worker_paths + readonly,
             only_compile_paths=[f"onceflow/{name}.py" for name in COMPILED] + worker_paths,
             group_name="onceflow._core",

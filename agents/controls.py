@@ -7,9 +7,11 @@ acknowledged only once everything before it on that partition is durable.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any
 
 import orjson
+from mypy_extensions import trait
 from onceflow.envelope import record_time
 from onceflow.journal import JournalRecord
 from onceflow.partition import Partition
@@ -24,12 +26,15 @@ MAX_APPLIED = 1000  # ids of admin controls a partition remembers (each for CONT
 _REDELIVERED = ""  # _replayed: the record that brought a control, delivered again
 
 
+@trait
 class ControlMixin:
-    """How a partition answers control messages, and how it tells the other partitions."""
+    """How a partition answers control messages, and how it tells the other partitions.
+
+    A mypyc trait, as RejectMixin is (agents/rejects.py).
+    """
 
     rt: Shared
     partition: int
-    now: int | None
     outbox: Outbox
     journal: list[JournalRecord]
     processors: dict[str, TriggerProcessor]
@@ -37,15 +42,23 @@ class ControlMixin:
     applied: PartitionStore  # admin controls applied here: {id: [made at, offset]}
 
     # Provided by the partition worker.
+    @abstractmethod
     def tick(self, ts: int) -> None: ...  # noqa: D102
+    @abstractmethod
     def seed(self, message: dict[str, Any]) -> None: ...  # noqa: D102
+    @abstractmethod
     def forget(self, trigger: str, key: str, only: str) -> bool: ...  # noqa: D102
+    @abstractmethod
     def sweep_due(self, now: int, force: str | None = None) -> int: ...  # noqa: D102
+    @abstractmethod
     def set_suspended(self, processor: TriggerProcessor, reason: str) -> None: ...  # noqa: D102
+    @abstractmethod
     async def resume(self, processor: TriggerProcessor, reason: str,  # noqa: D102
                      journal: bool) -> None: ...
 
+    @abstractmethod
     def where(self, delivery: wire.Delivery) -> str: ...  # noqa: D102
+    @abstractmethod
     def bad_route_record(self, delivery: wire.Delivery, reason: str, *,  # noqa: D102
                          trigger: str | None = None) -> None: ...
 
@@ -100,9 +113,10 @@ class ControlMixin:
             self.seed(message)
             return
         if kind == wire.SWEEP:
-            if self.now is not None:
+            now = self.state.now
+            if now is not None:
                 for swept in ([processor.trigger.name] if processor else list(self.processors)):
-                    self.sweep_due(self.now, force=swept)
+                    self.sweep_due(now, force=swept)
             return
         assert processor is not None  # suspend, resume and forget name their trigger
         if kind == wire.SUSPEND:

@@ -102,9 +102,9 @@ class PartitionWorker(RejectMixin, ControlMixin):
             runtime.triggers, runtime.callees, self.history.__getitem__,
             self.joins.__getitem__,
             join_fits=lambda name: limits.join_state_fits(key_prefix(name), limit))
-        now: int | None = self.control.get(_TIME)
-        if type(now) is float:  # stored in seconds, before partition time was in ms
-            now = record_time(now)
+        stored = self.control.get(_TIME)
+        # Stored in seconds (a float) before partition time was in ms.
+        now: int | None = record_time(stored) if type(stored) is float else stored
         self._stored_now = now
         self.holding = HeldInControl(self.control, list(self.processors),
                                      runtime.options.max_record_bytes)
@@ -184,6 +184,8 @@ class PartitionWorker(RejectMixin, ControlMixin):
     async def _input_record(self, delivery: wire.Delivery) -> None:
         rt = self.rt
         ts = delivery.ts
+        if ts is None:
+            ts = wire.record_ts(delivery, rt.names.logical(delivery.topic))  # raises
         ahead = self.state.time_refused(ts)
         if ahead is not None:
             self._ahead_of_clock(delivery, ahead)
@@ -388,8 +390,9 @@ class PartitionWorker(RejectMixin, ControlMixin):
         if reason is None:
             return False
         if reason:  # one line a partition
-            dropped = (len(self.journal) + sum(len(t.sink.journal) for t in self.batch.takes),
-                       len(self.outputs) + sum(len(t.sink.outputs) for t in self.batch.takes))
+            takes = self.batch.takes
+            dropped = (len(self.journal) + sum(len(t.sink.journal) for t in takes),
+                       len(self.outputs) + sum(len(t.sink.outputs or ()) for t in takes))
             log.warning("onceflow: partition %d may belong to another worker now (%s): %d "
                         "journal record(s) and %d output(s) of its runs are dropped, its "
                         "records given back undecided", self.partition, reason, *dropped)

@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+from abc import abstractmethod
 from typing import Any
 
 import orjson
 from aiokafka.errors import KafkaError
+from mypy_extensions import trait
 from onceflow import journal as J
 from onceflow.envelope import Document, Record, coordinates, envelope_fields, seconds
 from onceflow.journal import JournalRecord
@@ -46,6 +48,9 @@ class RecordFault(Exception):
 
     def __init__(self, error: Exception, durable: int, at: str) -> None:
         super().__init__(f"{at}: {error!r}")
+        # Its cause is the failure, set here: compiled code (mypyc) drops the `from` of
+        # `raise ... from ...`.
+        self.__cause__ = error
         self.durable = durable
         self.at = at
 
@@ -65,8 +70,13 @@ def stops_the_worker(exc: Exception) -> bool:
     return isinstance(exc, KafkaError | OSError | TimeoutError | StateCorrupt | StorageError)
 
 
+@trait
 class RejectMixin:
-    """The partition worker's paths for records it cannot decide."""
+    """The partition worker's paths for records it cannot decide.
+
+    A mypyc trait: the worker is compiled, and a compiled class can inherit only compiled
+    classes (one of them a regular class, the rest traits).
+    """
 
     rt: Shared
     lock: asyncio.Lock
@@ -79,7 +89,9 @@ class RejectMixin:
     joins: dict[str, Any]
 
     # Provided by the partition worker.
+    @abstractmethod
     def where(self, delivery: wire.Delivery) -> str: ...  # noqa: D102
+    @abstractmethod
     async def _flush(self) -> None: ...
 
     async def reject(self, delivery: wire.Delivery, fault: RecordFault) -> None:
@@ -223,7 +235,9 @@ class RejectMixin:
         self.outputs.append(letter)
 
 
-def _text(data: str | bytes | None) -> str | None:
+# _text and _base64 take Any: in compiled code an annotation is checked at the call, and a
+# header of a record the worker failed on may hold anything.
+def _text(data: Any) -> str | None:
     """The data as UTF-8 text, or None when it is not (never raises)."""
     try:
         if isinstance(data, str):
@@ -234,7 +248,7 @@ def _text(data: str | bytes | None) -> str | None:
         return None
 
 
-def _base64(data: str | bytes | None) -> str:
+def _base64(data: Any) -> str:
     try:
         if isinstance(data, str):
             data = data.encode("utf-8", "surrogateescape")
@@ -267,7 +281,8 @@ def raw_letter(delivery: wire.Delivery, topic: str, reason: str, limit: int) -> 
             body["raw_base64"] = _base64(value)
     headers: dict[str, str | None] = {}
     binary: list[dict[str, str | None]] = []
-    for header in delivery.headers or ():
+    raw_headers: list[Any] = delivery.headers or []  # items unchecked (see _text)
+    for header in raw_headers:
         try:
             name, data = header
         except (TypeError, ValueError):

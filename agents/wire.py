@@ -290,10 +290,21 @@ def record_of(delivery: Delivery, topic: str, value: Any = None
         nulls = []
         read = {}
     ts = delivery.ts
-    if ts is None:  # as the core's Record itself refuses it
-        raise TypeError(f"record {topic}/{delivery.partition}@{delivery.offset} has no time")
+    if ts is None:
+        ts = record_ts(delivery, topic)  # raises
     return (Record(topic, delivery.partition, delivery.offset, ts, value, text, read),
             raw_key, nulls)
+
+
+def record_ts(delivery: Delivery, topic: str) -> Timestamp:
+    """A delivery's record time: a TypeError for one without (the core's Record refuses it).
+
+    `topic`: its logical name, for the message.
+    """
+    ts = delivery.ts
+    if ts is None:
+        raise TypeError(f"record {topic}/{delivery.partition}@{delivery.offset} has no time")
+    return ts
 
 
 def header_dict(headers: list[tuple[str, bytes | None]] | None) -> dict[str, str]:

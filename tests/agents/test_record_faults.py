@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 from onceflow.agents import partition_worker as partition_module
+from onceflow.agents import wire
 from onceflow.agents.wire import Delivery
 from onceflow.calls import Callee
 from onceflow.tables.state import StateCorrupt
@@ -24,18 +25,28 @@ from .test_partition import cluster, doc, journal
 
 
 def fail_on(monkeypatch: pytest.MonkeyPatch, identity: str) -> list[str]:
-    """Make routing fail for one identity, as a bug would; the identities routed."""
-    routed: list[str] = []
-    original = partition_module.routing_key
+    """Make handling one identity's record fail, as a bug would; the identities read.
 
-    def routing_key(trigger: Any, document: Any) -> str:
-        routed.append(document.identity)
-        if document.identity == identity:
-            raise RuntimeError(f"no route for {identity}")
-        return original(trigger, document)
+    The fault is raised where the worker reads a document's value (`orjson.loads`, which
+    the compiled core looks up on its module at every call).  The worker and the core are
+    compiled, so their calls to each other (routing_key was the place once) cannot be
+    replaced from a test.  The list holds the uuid of every document value read, one a
+    handling of an input record.
+    """
+    read: list[str] = []
+    original = orjson.loads
+    failing = orjson.dumps({"uuid": identity})
 
-    monkeypatch.setattr(partition_module, "routing_key", routing_key)
-    return routed
+    def loads(data: Any) -> Any:
+        value = original(data)
+        if isinstance(value, dict) and list(value) == ["uuid"]:  # a document of doc()
+            read.append(value["uuid"])
+            if data == failing:
+                raise RuntimeError(f"a bug reading {identity}")
+        return value
+
+    monkeypatch.setattr(orjson, "loads", loads)
+    return read
 
 
 async def test_a_record_the_worker_fails_on_is_bad_input_and_the_partition_goes_on(
@@ -55,8 +66,8 @@ async def test_a_record_the_worker_fails_on_is_bad_input_and_the_partition_goes_
     assert journal(c) == [("bill", "processed", "i-1"), (None, "bad-input", "inv/0@1"),
                           ("bill", "processed", "i-3")]
     (bad,) = [line for line in c.journal() if line["identity"] == "inv/0@1"]
-    assert bad["reason"].startswith("the worker failed on record inv/0@1 (RuntimeError: no "
-                                    "route for i-2)")
+    assert bad["reason"].startswith("the worker failed on record inv/0@1 (RuntimeError: a "
+                                    "bug reading i-2)")
     letters = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
     assert [(x["offset"], x["raw"]) for x in letters] == [(1, '{"uuid":"i-2"}')]
     assert calls == ["i-1", "i-3"]  # each service once
@@ -82,22 +93,25 @@ async def test_records_made_durable_before_the_failure_are_not_decided_again(
     assert routed == ["i-1", "i-1", "i-3", "i-1", "i-3", "i-4"]
 
 
-async def test_a_failure_while_deciding_waiting_copies_runs_no_service_twice(
+async def test_a_failure_before_the_waiting_copies_are_decided_runs_no_service_twice(
         monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]},
                 callees={"bill": (Callee("x:y", lambda d: calls.append(d["uuid"]), False,
                                          False), None)})
-    original = partition_module.decide_waiting
+    # The fault comes in the last step before the copies that waited for the runs are
+    # decided (deliver_replies, which stays interpreted: the worker's call to the compiled
+    # decide_waiting cannot be replaced from a test); the state is the same at both.
+    original = partition_module.deliver_replies
     failed: list[bool] = []
 
-    def decide_waiting(takes: Any, hold: Any) -> Any:
+    async def deliver_replies(rt: Any, takes: Any) -> None:
         if not failed and any(take.waiting for take in takes):
             failed.append(True)
-            raise RuntimeError("a bug while deciding the copies")
-        return original(takes, hold)
+            raise RuntimeError("a bug before deciding the copies")
+        await original(rt, takes)
 
-    monkeypatch.setattr(partition_module, "decide_waiting", decide_waiting)
+    monkeypatch.setattr(partition_module, "deliver_replies", deliver_replies)
     await c.runtime.handle([doc("inv", 0, 1, uuid="i-1"), doc("inv", 1, 2, uuid="i-1"),
                             doc("inv", 2, 3, uuid="i-2")])
     # The services of i-1 and i-2 ran before the failure, on durable processing entries;
@@ -202,27 +216,23 @@ async def test_a_null_header_value_reads_as_absent_and_stays_null_in_a_dead_lett
     assert letter["headers"] == {"x": "y", "trace": None}
 
 
-async def test_the_last_resort_keeps_the_bytes_of_what_it_cannot_read(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # The normal path and the reading of the record both fail: the dead letter is made
-    # from the record's bytes alone.
+async def test_the_last_resort_keeps_the_bytes_of_what_it_cannot_read() -> None:
+    # A header whose name is bytes, not text (no transport hands one over): reading the
+    # record fails (wire.record_of, a TypeError), on the normal path and wherever it is
+    # read again, so the dead letter is made from the record's bytes alone.
     c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
-    fail_on(monkeypatch, "i-1")
-    monkeypatch.setattr(partition_module.wire, "record_of", _broken_record_of)
-    await c.runtime.handle([
-        Delivery("inv", 0, 0, 1, b"\xff", orjson.dumps({"uuid": "i-1"}),
-                 [("n", None), ("t", b"text"), ("b", b"\xfe")]),
-    ])
+    unreadable: Any = (b"b", b"\xfe")
+    record = Delivery("inv", 0, 0, 1, b"\xff", orjson.dumps({"uuid": "i-1"}),
+                      [("n", None), ("t", b"text"), unreadable])
+    with pytest.raises(TypeError):
+        wire.record_of(record, "inv")
+    await c.runtime.handle([record])
     assert journal(c) == [(None, "bad-input", "inv/0@0")]
     (letter,) = [orjson.loads(r.value) for r in c.broker.records(c.names.dead_letter)]
     assert letter["raw"] == '{"uuid":"i-1"}'
     assert letter["headers"] == {"n": None, "t": "text"}
     assert letter["headers_base64"] == [{"name": "Yg==", "value": "/g=="}]
     assert letter["key_base64"] == "/w=="
-
-
-def _broken_record_of(*args: Any) -> Any:
-    raise TypeError("tuple[str, bytes] object expected; got tuple[str, None]")
 
 
 async def test_a_store_that_cannot_write_stops_the_worker_and_journals_no_record(

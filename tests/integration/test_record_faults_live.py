@@ -6,7 +6,9 @@ the normal path and again in the last resort meant to catch the failure.  The la
 itself reads nothing that can fail: a record the normal path fails on is journaled
 `bad-input` under its coordinates, and its bytes go to the dead-letter topic as they came.
 The fault is injected by the trigger file's service module, which the worker imports at
-start: it makes routing raise for one document.
+start: it makes reading one document's value raise (`orjson.loads`, which the compiled core
+looks up on its module at every call; the worker's own calls into the core are compiled
+and cannot be replaced).
 """
 
 from __future__ import annotations
@@ -32,20 +34,21 @@ types = ["order"]
 service = "faulty:service"
 """
 
-# Imported by the worker: routing raises for the document "boom", as a bug would.
+# Imported by the worker: reading the value of the document "boom" raises, as a bug would.
 FAULTY = '''
-from onceflow.agents import partition_worker
+import orjson
 
-_route = partition_worker.routing_key
+_loads = orjson.loads
+_BOOM = orjson.dumps({"uuid": "boom"})
 
 
-def _failing(trigger, document):
-    if document.identity == "boom":
+def _failing(data):
+    if data == _BOOM:
         raise RuntimeError("injected fault for boom")
-    return _route(trigger, document)
+    return _loads(data)
 
 
-partition_worker.routing_key = _failing
+orjson.loads = _failing
 
 
 def service(document):
