@@ -16,7 +16,17 @@ class TransientError(OnceflowError):
 
 
 class HistoryUnavailable(TransientError):
-    """The document history store could not be read or written."""
+    """The document history store could not be read or written.
+
+    `cause`: the store's own failure, kept as the error's cause by the constructor, since
+    compiled code (mypyc) drops the `from` of `raise ... from exc` (the worker's log then
+    showed no cause for a history that could not be read).
+    """
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        if cause is not None:
+            self.__cause__ = cause
 
 
 class ConfigError(OnceflowError):

@@ -150,7 +150,7 @@ class History:
         try:
             value = self._store.get(key)
         except Exception as exc:  # the store's own failure: history is unavailable
-            raise HistoryUnavailable(f"document history cannot be read: {exc}") from exc
+            raise HistoryUnavailable(f"document history cannot be read: {exc}", exc) from exc
         if value is None:
             return None
         entry = HistoryEntry.stored(value)
@@ -177,7 +177,7 @@ class History:
             if key in self._store:
                 del self._store[key]
         except Exception as exc:
-            raise HistoryUnavailable(f"document history cannot be written: {exc}") from exc
+            raise HistoryUnavailable(f"document history cannot be written: {exc}", exc) from exc
 
     def seed(self, key: str, status: str, started: Timestamp, failed: bool = False) -> None:
         """Load an entry from outside (scenario history.jsonl, migrations)."""
@@ -210,7 +210,7 @@ class History:
         try:
             self._store[key] = value
         except Exception as exc:
-            raise HistoryUnavailable(f"document history cannot be written: {exc}") from exc
+            raise HistoryUnavailable(f"document history cannot be written: {exc}", exc) from exc
 
 
 def _started(value: Any) -> float:  # a float: inf for a value this version cannot read

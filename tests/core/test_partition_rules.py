@@ -313,3 +313,24 @@ def test_a_partition_suspends_again_what_its_holding_recorded_before_a_restart()
     assert after.processors["t"].suspended_reason == "by command"
     assert not after.processors["u"].suspended
     assert holding.marks == [("t", "by command"), ("u", "by a run"), ("u", None)]  # no mark
+
+
+@pytest.mark.parametrize("failing", ["get", "__setitem__", "__contains__"])
+def test_a_store_failure_is_history_unavailable_caused_by_it(failing: str) -> None:
+    # The cause is kept in the compiled core too (mypyc drops `raise ... from`).
+    broken = OSError("no space left on device")
+
+    def fail(*_: Any) -> Any:
+        raise broken
+
+    store = type("FailingStore", (dict,), {failing: fail})()
+    history = History(store, ttl=100)
+    with pytest.raises(HistoryUnavailable) as raised:
+        if failing == "get":
+            history.lookup("k", 5)
+        elif failing == "__setitem__":
+            history.mark_completed("k", 5, failed=False)
+        else:
+            history.remove("k")
+    assert raised.value.__cause__ is broken
+    assert "no space left on device" in str(raised.value)
