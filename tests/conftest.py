@@ -90,6 +90,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             module = nodeid.split("::")[0]
             return SPARK_SCOPES.get(module, module)
 
+        def _assign_work_unit(self, node: Any) -> None:
+            # A process given a module while it holds the last test of a long one runs
+            # that test first: the module queued behind it is the shortest there is (the
+            # end of the queue), not the next long one (a 63 s module waited 204 s behind
+            # the standalone cluster's only test).
+            held = [nodeid for unit in self.assigned_work.get(node, {}).values()
+                    for nodeid, done in unit.items() if not done]
+            if len(held) == 1 and held[0].startswith(LONGEST_FIRST) and self.workqueue:
+                self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
+            super()._assign_work_unit(node)
+
         def _reschedule(self, node: Any) -> None:
             # xdist's, with 1 for its "2 tests left" heuristic (a process runs a test once
             # it knows the next one, so 1 is the least that keeps it busy).
