@@ -116,17 +116,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ModulesAndSpark(config, log)
 
 
-# The Spark modules that use the session fixture, in three groups of about the same length
-# (one JVM each; with two, the longer group was the run's longest chain: 284 of 297 s).
-# The others start Spark in processes of their own (a standalone cluster, the command
-# line): each is a module like any other.
+# The Spark modules that use the session fixture, in two groups (one JVM each).  A JVM's
+# first replay and first audit cost three to five times its later ones (JIT, class
+# loading): with three groups the report module spent 49-57 s of CPU in a JVM of its
+# own, and 21-26 s after the generated archive's tests in the same JVM (2026-11-27:
+# 3m45s against 4m08s, the image rebuilt both times).  The others start Spark in
+# processes of their own (a standalone cluster, the command line): each is a module like
+# any other.
 SPARK_SCOPES = {
     "tests/spark/test_spark_generated.py": "spark-1",
     "tests/spark/test_spark_plan.py": "spark-1",
     "tests/spark/test_spark_audit_keys.py": "spark-1",
-    "tests/spark/test_spark_report.py": "spark-2",
-    "tests/spark/test_spark_scenarios.py": "spark-3",
-    "tests/spark/test_spark_archive.py": "spark-3",
+    "tests/spark/test_spark_report.py": "spark-1",
+    "tests/spark/test_spark_scenarios.py": "spark-2",
+    "tests/spark/test_spark_archive.py": "spark-2",
 }
 # The order modules go out in (measured on 2 cores, 2026-11-25): the container build (CPU-
 # bound, ~80 s alone) beside the live scenarios (they mostly wait), then the Spark groups,
