@@ -185,7 +185,7 @@ class PartitionWorker(RejectMixin, ControlMixin):
         rt = self.rt
         ts = delivery.ts
         if ts is None:
-            ts = wire.record_ts(delivery, rt.names.logical(delivery.topic))  # raises
+            raise wire.no_time(delivery, rt.names.logical(delivery.topic))
         ahead = self.state.time_refused(ts)
         if ahead is not None:
             self._ahead_of_clock(delivery, ahead)

@@ -291,20 +291,17 @@ def record_of(delivery: Delivery, topic: str, value: Any = None
         read = {}
     ts = delivery.ts
     if ts is None:
-        ts = record_ts(delivery, topic)  # raises
+        raise no_time(delivery, topic)
     return (Record(topic, delivery.partition, delivery.offset, ts, value, text, read),
             raw_key, nulls)
 
 
-def record_ts(delivery: Delivery, topic: str) -> Timestamp:
-    """A delivery's record time: a TypeError for one without (the core's Record refuses it).
+def no_time(delivery: Delivery, topic: str) -> TypeError:
+    """The error of a delivery without a record time (the core's Record refuses one).
 
     `topic`: its logical name, for the message.
     """
-    ts = delivery.ts
-    if ts is None:
-        raise TypeError(f"record {topic}/{delivery.partition}@{delivery.offset} has no time")
-    return ts
+    return TypeError(f"record {topic}/{delivery.partition}@{delivery.offset} has no time")
 
 
 def header_dict(headers: list[tuple[str, bytes | None]] | None) -> dict[str, str]:

@@ -254,3 +254,17 @@ async def test_a_store_that_cannot_write_stops_the_worker_and_journals_no_record
     assert not any(line["outcome"] == "bad-input" for line in c.journal())
     assert c.broker.records(c.names.dead_letter) == []
     assert "one at a time" not in caplog.text  # not taken for a record's fault
+
+
+async def test_a_delivery_without_a_record_time_is_bad_input_and_the_partition_goes_on(
+) -> None:
+    # The transport gives a record without a timestamp Kafka's -1 ms; a delivery made
+    # without one anyway is a record the worker cannot decide, not a stop.
+    c = cluster({"name": "bill", "service": "scripted", "types": ["inv"]})
+    await c.runtime.handle([
+        Delivery("inv", 0, 0, None, None, orjson.dumps({"uuid": "i-1"}), []),
+        Delivery("inv", 0, 1, 2, None, orjson.dumps({"uuid": "i-2"}), []),
+    ])
+    assert journal(c) == [(None, "bad-input", "inv/0@0"), ("bill", "processed", "i-2")]
+    (bad,) = [line for line in c.journal() if line["identity"] == "inv/0@0"]
+    assert "record inv/0@0 has no time" in bad["reason"]
