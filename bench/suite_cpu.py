@@ -3,8 +3,8 @@
 The suite's wall time on 2 cores follows its CPU (its processes keep both cores busy), and
 much of that CPU is spent outside pytest's own processes: the JVMs of Spark, the brokers,
 the workers forked by tests/forkserver.py, podman's build.  `time` sees only the children
-a process waited for.  This runs the suite's command (`pytest -n N --dist loadscope`, as
-`make test` does) inside a cpuacct cgroup (cgroup v1) or a cgroup v2 group made for the
+a process waited for.  This runs `make test` itself (its settings, its number of processes unless
+`--processes` says another) inside a cpuacct cgroup (cgroup v1) or a cgroup v2 group made for the
 run, with each pytest-xdist process in a group of its own below it, so everything each
 starts is counted, and prints:
 
@@ -16,7 +16,7 @@ starts is counted, and prints:
 Needs root (it writes under /sys/fs/cgroup).  Other work on the machine does not enter
 the counts, though it slows the run.
 
-    .venv/bin/python bench/suite_cpu.py [--processes 12] [--top 30] [-- PYTEST ARGS...]
+    .venv/bin/python bench/suite_cpu.py [--processes N] [--top 30] [-- PYTEST ARGS...]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -60,17 +61,17 @@ def join_group(group: Path) -> None:
 _started: dict[str, tuple[float, float]] = {}
 
 
-def pytest_configure(config: object) -> None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker and os.environ.get(ENV_GROUP):
-        join_group(Path(os.environ[ENV_GROUP]) / worker)
-
-
 def _own_group() -> Path | None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker or not os.environ.get(ENV_GROUP):
         return None
     return Path(os.environ[ENV_GROUP]) / worker
+
+
+def pytest_configure(config: object) -> None:
+    group = _own_group()
+    if group is not None:
+        join_group(group)
 
 
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:
@@ -95,7 +96,7 @@ def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--processes", type=int, default=12)
+    parser.add_argument("--processes", type=int, help="TEST_PROCESSES (default: the Makefile's)")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
@@ -105,13 +106,14 @@ def main() -> None:
     handle, name = tempfile.mkstemp(prefix="onceflow-suite-", suffix=".jsonl")
     os.close(handle)  # the test processes append to it by name
     timeline = Path(name)
-    # As `make test` runs it: bytecode kept whatever the environment says (the Makefile).
+    # `make test`, with this file as a plugin of its pytest and the arguments given here.
     env = {**os.environ, ENV_GROUP: str(group), ENV_OUT: str(timeline),
-           "PYTHONDONTWRITEBYTECODE": "",
+           "PYTEST_ADDOPTS": shlex.join(["-p", "suite_cpu", *args.pytest_args]),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "bench"),
                                                        os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "pytest", "-q", "-n", str(args.processes),
-               "--dist", "loadscope", "-p", "suite_cpu", *args.pytest_args]
+    command = ["make", "--no-print-directory", "test"]
+    if args.processes is not None:
+        command.append(f"TEST_PROCESSES={args.processes}")
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, env=env,
                           preexec_fn=lambda: join_group(group / "main"))
@@ -128,7 +130,7 @@ def main() -> None:
         found[2] = min(found[2], row["start"])
         found[3] = max(found[3], row["end"])
     cores = os.cpu_count() or 1
-    print(f"pytest exited {done.returncode}; wall {wall:.0f} s; CPU {total:.0f} s on {cores} "
+    print(f"make test exited {done.returncode}; wall {wall:.0f} s; CPU {total:.0f} s on {cores} "
           f"cores: at least {total / cores:.0f} s of wall time; load "
           f"{os.getloadavg()[0]:.1f} at the end")
     print(f"{'CPU s':>7} {'wall s':>7} {'from':>6} {'to':>6}  module")
