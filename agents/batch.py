@@ -257,6 +257,18 @@ def decide_waiting(takes: list[Take], hold: Callable[[Take, list[Document]], Non
     return fresh
 
 
+def failed_with_outputs(takes: list[Take]) -> list[Take]:
+    """The takes whose run failed (neither OK nor suspended) and left outputs.
+
+    Only their outputs can hold reply-to copies (agents/outputs.py, reply_copies): the
+    interpreted reply-to step looks at these alone instead of at every take.
+    """
+    return [take for take in takes
+            if take.run is not None and take.result is not None
+            and take.result.outcome != OK and take.result.outcome != SUSPEND
+            and take.sink.outputs]
+
+
 def complete_runs(batch: SubBatch, hold: Callable[[Take, list[Document]], None]) -> None:
     """Complete every run in take order; roll back what follows a suspension.
 
