@@ -38,7 +38,7 @@ from onceflow.tables.outbox import HEADER_OVERHEAD, RECORD_OVERHEAD, record_size
 from onceflow.values import clip
 
 __all__ = ["MAX_KEY_LENGTH", "SETTING", "activation_too_long", "clip", "fit", "fit_journal",
-           "record_size", "reference", "too_large"]
+           "record_size", "reference", "rough_size", "too_large"]
 
 SETTING: Final = "ONCEFLOW_MAX_RECORD_BYTES"
 # Characters kept of a field clipped to make a record fit; equal to MAX_KEY_LENGTH, so
@@ -54,12 +54,22 @@ def output_size(output: Output, value: bytes, limit: int | None = None) -> int:
     """
     headers = output.headers
     if limit is not None:
-        text = len(output.key or "") + sum(len(k) + len(v) for k, v in headers.items())
-        rough = RECORD_OVERHEAD + len(value) + 4 * text + HEADER_OVERHEAD * len(headers)
+        rough = rough_size(output.key, sum(len(k) + len(v) for k, v in headers.items()),
+                           len(headers), len(value))
         if rough <= limit:
             return rough
     key = output.key.encode() if output.key is not None else None
     return record_size(key, value, [(k, v.encode()) for k, v in headers.items()])
+
+
+def rough_size(key: str | None, header_chars: int, headers: int, value: int) -> int:
+    """output_size's bound: as if every character of the key and headers took four bytes.
+
+    `header_chars`: the characters of the header names and values; `headers`: how many;
+    `value`: the bytes of the encoded value.
+    """
+    return (RECORD_OVERHEAD + value + 4 * (len(key or "") + header_chars)
+            + HEADER_OVERHEAD * headers)
 
 
 def too_large(what: str, size: int, limit: int) -> str:

@@ -353,4 +353,7 @@ def iso_time(ms: Timestamp) -> str:
         moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
     except (OverflowError, OSError, ValueError):
         return repr(seconds(ms))
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # What isoformat(timespec="milliseconds") writes, with "Z" for its "+00:00": formatted
+    # here, since that call (and the replace) took about three quarters of this function.
+    return (f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}:"
+            f"{moment.minute:02d}:{moment.second:02d}.{moment.microsecond // 1000:03d}Z")
