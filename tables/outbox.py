@@ -76,6 +76,20 @@ class Outbox:
         bucket.append(OutRecord(key, value, headers, timestamp_ms))
         self.count += 1
 
+    def add_entries(self, topic: str, partition: int, entries: dict[bytes, bytes | None]
+                    ) -> None:
+        """Queue one record a (key, value), without headers or a timestamp (changelog)."""
+        self.extend(topic, partition, [OutRecord(key, value) for key, value in entries.items()])
+
+    def extend(self, topic: str, partition: int | None, records: list[OutRecord]) -> None:
+        """Queue records for one topic and partition, in order."""
+        bucket = self.records.get((topic, partition))
+        if bucket is None:
+            self.records[(topic, partition)] = records.copy()
+        else:
+            bucket.extend(records)
+        self.count += len(records)
+
     def __len__(self) -> int:
         return self.count
 
