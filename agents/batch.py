@@ -117,9 +117,14 @@ class SubBatch:
     def add(self, take: Take) -> None:
         """Record a take (and the keys of its run)."""
         self.takes.append(take)
-        if take.run is not None:
+        run = take.run
+        if run is not None:
             self.runs += 1
-            self.busy.update(run_keys(take.processor, take.run))
+            busy = self.busy
+            processor = take.processor
+            for member in run.members:  # run_keys, without the list of them
+                for key in doc_keys(processor, member):
+                    busy.add(key)
             if take.undo is not None:
                 self.suspending_runs += 1
 
@@ -216,17 +221,18 @@ def first_attempts(takes: list[Take]) -> list[tuple[Any, Exception | None, float
     For each: (its value, the exception it raised or None, when it started, seconds).
     """
     out: list[tuple[Any, Exception | None, float, float]] = []
+    monotonic = time.monotonic
     for take in takes:
         run = take.run
         assert run is not None
-        started = time.monotonic()
+        started = monotonic()
         try:
             value = take.processor.service.call(run.payload,
                                                 run.context(take.processor.trigger.name))
         except Exception as exc:  # noqa: BLE001 - the retry policy decides what follows
-            out.append((None, exc, started, time.monotonic() - started))
+            out.append((None, exc, started, monotonic() - started))
         else:
-            out.append((value, None, started, time.monotonic() - started))
+            out.append((value, None, started, monotonic() - started))
     return out
 
 
