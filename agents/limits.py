@@ -44,6 +44,10 @@ SETTING: Final = "ONCEFLOW_MAX_RECORD_BYTES"
 # Characters kept of a field clipped to make a record fit; equal to MAX_KEY_LENGTH, so
 # that the dup-id, message id and activation are never clipped in journal records.
 CLIP: Final = MAX_KEY_LENGTH
+# orjson's encoder and Fragment as constants for encode (every output): compiled, a Final
+# is read from a C static, `orjson.dumps` looked up on the module each time.
+_dumps: Final = orjson.dumps
+_Fragment: Final = orjson.Fragment
 
 
 def output_size(output: Output, value: bytes, limit: int | None = None) -> int:
@@ -107,9 +111,9 @@ def _small_key(key: str | None) -> str | None:
 def encode(output: Output) -> bytes:
     """Encode an output's value once; later encodings (wire.add_outputs) reuse the bytes."""
     value = output.value
-    data = orjson.dumps(value)
-    if type(value) is not orjson.Fragment:
-        output.value = orjson.Fragment(data)
+    data = _dumps(value)
+    if type(value) is not _Fragment:
+        output.value = _Fragment(data)
     return data
 
 
