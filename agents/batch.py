@@ -225,10 +225,15 @@ def first_attempts(takes: list[Take]) -> list[tuple[Any, Exception | None, float
     for take in takes:
         run = take.run
         assert run is not None
+        service = take.processor.service
         started = monotonic()
         try:
-            value = take.processor.service.call(run.payload,
-                                                run.context(take.processor.trigger.name))
+            # Callee.call, with the context made only for a service that takes it (its
+            # message id is the record's coordinates, a string made for the purpose).
+            if service.takes_context:
+                value = service.call(run.payload, run.context(take.processor.trigger.name))
+            else:
+                value = service.function(run.payload)
         except Exception as exc:  # noqa: BLE001 - the retry policy decides what follows
             out.append((None, exc, started, monotonic() - started))
         else:
