@@ -35,15 +35,16 @@ COMPILED = [
 ]
 # The worker's per-record path outside the core: buffered table state, the outbox and its
 # sender, the route wire format, record limits, sub-batches, fitting their outputs to the
-# limit, and the partition worker itself with its two mixins (mypyc traits: what it does
-# with records it cannot decide, and control messages).  Plain typed Python too, compiled
+# limit, the worker's counters (journal outcomes, service times), and the partition worker
+# itself with its two mixins (mypyc traits: what it does with records it cannot decide,
+# and control messages).  Plain typed Python too, compiled
 # for the same reason (bench/partition.py and bench/instructions.py measure the worker's
 # path against the core's).  Packages other than the core stay interpreted where they
 # subclass or patch Faust and aiokafka classes.
 COMPILED_WORKER = {
     "tables": ["state", "outbox"],
     "agents": ["wire", "limits", "batch", "clock", "fitting", "partition_worker", "rejects",
-               "controls"],
+               "controls", "counters"],
 }
 # Modules the compiled ones import that stay interpreted (mypyc must still read them; the
 # third-party packages they import are read as Any where pyproject.toml's [tool.mypy] says).

@@ -117,9 +117,14 @@ class SubBatch:
     def add(self, take: Take) -> None:
         """Record a take (and the keys of its run)."""
         self.takes.append(take)
-        if take.run is not None:
+        run = take.run
+        if run is not None:
             self.runs += 1
-            self.busy.update(run_keys(take.processor, take.run))
+            busy = self.busy
+            processor = take.processor
+            for member in run.members:  # run_keys, without the list of them
+                for key in doc_keys(processor, member):
+                    busy.add(key)
             if take.undo is not None:
                 self.suspending_runs += 1
 
@@ -216,17 +221,23 @@ def first_attempts(takes: list[Take]) -> list[tuple[Any, Exception | None, float
     For each: (its value, the exception it raised or None, when it started, seconds).
     """
     out: list[tuple[Any, Exception | None, float, float]] = []
+    monotonic = time.monotonic
     for take in takes:
         run = take.run
         assert run is not None
-        started = time.monotonic()
+        service = take.processor.service
+        started = monotonic()
         try:
-            value = take.processor.service.call(run.payload,
-                                                run.context(take.processor.trigger.name))
+            # Callee.call, with the context made only for a service that takes it (its
+            # message id is the record's coordinates, a string made for the purpose).
+            if service.takes_context:
+                value = service.call(run.payload, run.context(take.processor.trigger.name))
+            else:
+                value = service.function(run.payload)
         except Exception as exc:  # noqa: BLE001 - the retry policy decides what follows
-            out.append((None, exc, started, time.monotonic() - started))
+            out.append((None, exc, started, monotonic() - started))
         else:
-            out.append((value, None, started, time.monotonic() - started))
+            out.append((value, None, started, monotonic() - started))
     return out
 
 
@@ -255,6 +266,18 @@ def decide_waiting(takes: list[Take], hold: Callable[[Take, list[Document]], Non
         elif result is not None:
             hold(take, [take.doc])
     return fresh
+
+
+def failed_with_outputs(takes: list[Take]) -> list[Take]:
+    """The takes whose run failed (neither OK nor suspended) and left outputs.
+
+    Only their outputs can hold reply-to copies (agents/outputs.py, reply_copies): the
+    interpreted reply-to step looks at these alone instead of at every take.
+    """
+    return [take for take in takes
+            if take.run is not None and take.result is not None
+            and take.result.outcome != OK and take.result.outcome != SUSPEND
+            and take.sink.outputs]
 
 
 def complete_runs(batch: SubBatch, hold: Callable[[Take, list[Document]], None]) -> None:

@@ -38,12 +38,16 @@ from onceflow.tables.outbox import HEADER_OVERHEAD, RECORD_OVERHEAD, record_size
 from onceflow.values import clip
 
 __all__ = ["MAX_KEY_LENGTH", "SETTING", "activation_too_long", "clip", "fit", "fit_journal",
-           "record_size", "reference", "too_large"]
+           "record_size", "reference", "rough_size", "too_large"]
 
 SETTING: Final = "ONCEFLOW_MAX_RECORD_BYTES"
 # Characters kept of a field clipped to make a record fit; equal to MAX_KEY_LENGTH, so
 # that the dup-id, message id and activation are never clipped in journal records.
 CLIP: Final = MAX_KEY_LENGTH
+# orjson's encoder and Fragment as constants for encode (every output): compiled, a Final
+# is read from a C static, `orjson.dumps` looked up on the module each time.
+_dumps: Final = orjson.dumps
+_Fragment: Final = orjson.Fragment
 
 
 def output_size(output: Output, value: bytes, limit: int | None = None) -> int:
@@ -54,12 +58,24 @@ def output_size(output: Output, value: bytes, limit: int | None = None) -> int:
     """
     headers = output.headers
     if limit is not None:
-        text = len(output.key or "") + sum(len(k) + len(v) for k, v in headers.items())
-        rough = RECORD_OVERHEAD + len(value) + 4 * text + HEADER_OVERHEAD * len(headers)
+        chars = 0
+        for name, text in headers.items():  # (a loop: a generator object a call, else)
+            chars += len(name) + len(text)
+        rough = rough_size(output.key, chars, len(headers), len(value))
         if rough <= limit:
             return rough
     key = output.key.encode() if output.key is not None else None
     return record_size(key, value, [(k, v.encode()) for k, v in headers.items()])
+
+
+def rough_size(key: str | None, header_chars: int, headers: int, value: int) -> int:
+    """output_size's bound: as if every character of the key and headers took four bytes.
+
+    `header_chars`: the characters of the header names and values; `headers`: how many;
+    `value`: the bytes of the encoded value.
+    """
+    return (RECORD_OVERHEAD + value + 4 * (len(key or "") + header_chars)
+            + HEADER_OVERHEAD * headers)
 
 
 def too_large(what: str, size: int, limit: int) -> str:
@@ -95,9 +111,9 @@ def _small_key(key: str | None) -> str | None:
 def encode(output: Output) -> bytes:
     """Encode an output's value once; later encodings (wire.add_outputs) reuse the bytes."""
     value = output.value
-    data = orjson.dumps(value)
-    if type(value) is not orjson.Fragment:
-        output.value = orjson.Fragment(data)
+    data = _dumps(value)
+    if type(value) is not _Fragment:
+        output.value = _Fragment(data)
     return data
 
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import bisect
-import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from onceflow import __version__
-from onceflow.journal import PROCESSED, JournalRecord
 from prometheus_client import CollectorRegistry, Info, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,86 +16,11 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-RECENT_JOURNAL = 500
-# Seconds; the upper bounds of the service latency histogram.
-LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                   30.0, 60.0)
+# The counters themselves are compiled (agents/counters.py); named here as before.
+from .counters import LATENCY_BUCKETS, RECENT_JOURNAL, Histogram, Metrics
 
-
-class Histogram:
-    """A cumulative-on-render histogram of one trigger's service latency."""
-
-    __slots__ = ("counts", "total", "count")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, seconds: float) -> None:
-        """Count one service call that took `seconds`."""
-        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.total += seconds
-        self.count += 1
-
-
-class Metrics:
-    """Counters of one worker since it started."""
-
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
-        self.outcomes: Counter[tuple[str, str]] = Counter()
-        self.ingress: Counter[tuple[str, str]] = Counter()
-        # The newest journal records this worker wrote (the console's live tail).
-        self.recent: deque[JournalRecord] = deque(maxlen=RECENT_JOURNAL)
-        self.latency: dict[str, Histogram] = {}
-        self.batches = 0
-        self.documents = 0
-        # Gaps in the offsets of a fetch of onceflow's topics (transport.py), by topic and
-        # what was done: "read-again" (a fetch made again) or "taken" (committed past).
-        self.fetch_gaps: Counter[tuple[str, str]] = Counter()
-        # Records the worker itself failed on (kept on the dead-letter topic), by topic:
-        # never a publisher's bad input, so counted apart from `ingress`.
-        self.internal_failures: Counter[str] = Counter()
-        # (topic, partition, offset) of the records being rejected right now: their
-        # journal record is an internal failure, not ingress.
-        self.rejecting: set[tuple[str, int, int]] = set()
-        # Unix seconds when this worker last journaled `processed`, by trigger.
-        self.last_processed: dict[str, float] = {}
-
-    def count_journal(self, records: Sequence[JournalRecord]) -> None:
-        """Count journal records by trigger and outcome (ingress ones by topic)."""
-        outcomes = self.outcomes
-        ingress = self.ingress
-        self.recent.extend(records)
-        processed: set[str] = set()
-        for record in records:
-            if record.trigger is None:
-                if self.rejecting and (record.topic, record.partition,
-                                       record.offset) in self.rejecting:
-                    self.internal_failures[record.topic or ""] += 1
-                else:
-                    ingress[(record.topic or "", record.outcome)] += 1
-            else:
-                outcomes[(record.trigger, record.outcome)] += 1
-                if record.outcome == PROCESSED:
-                    processed.add(record.trigger)
-        if processed:
-            now = self._clock()
-            for trigger in processed:
-                self.last_processed[trigger] = now
-
-    def observe_service(self, trigger: str, seconds: float) -> None:
-        """Count one service run."""
-        histogram = self.latency.get(trigger)
-        if histogram is None:
-            histogram = self.latency[trigger] = Histogram()
-        histogram.observe(seconds)
-
-    def by_trigger(self, trigger: str) -> dict[str, int]:
-        """Outcome counts of one trigger."""
-        return {outcome: n for (name, outcome), n in sorted(self.outcomes.items())
-                if name == trigger}
+__all__ = ["LATENCY_BUCKETS", "RECENT_JOURNAL", "Gauges", "Histogram", "Metrics",
+           "WorkerCollector", "exposition", "worker_registry"]
 
 
 @dataclass(frozen=True, slots=True)

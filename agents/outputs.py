@@ -27,7 +27,7 @@ from onceflow.running import OK, SUSPEND
 from onceflow.tables.outbox import Outbox
 
 from . import limits, wire
-from .batch import Take
+from .batch import Take, failed_with_outputs
 from .context import Shared
 from .fitting import note_terminal
 from .topics import illegal_topic_name
@@ -73,7 +73,8 @@ def own_topic(rt: Shared, topic: str) -> str | None:
 
 async def deliver_replies(rt: Shared, takes: list[Take]) -> None:
     """Write the reply-to copies of these takes, or send them to the dead-letter topic."""
-    copies = [copy for take in takes for copy in reply_copies(take)]
+    # (failed_with_outputs, compiled, leaves out the takes reply_copies has nothing for.)
+    copies = [copy for take in failed_with_outputs(takes) for copy in reply_copies(take)]
     if not copies:
         return
     by_topic: dict[str, list[ReplyCopy]] = {}

@@ -98,6 +98,10 @@ class PartitionWorker(RejectMixin, ControlMixin):
         self.control = PartitionStore(control_buffer, "")
         self.applied = PartitionStore(control_buffer, key_prefix(_APPLIED))
         limit = runtime.options.max_record_bytes
+        # Read for every record (the options are frozen): kept here, not looked up on the
+        # interpreted WorkerOptions each time.
+        self._max_document_bytes = runtime.options.max_document_bytes
+        self._partitions = runtime.options.partitions
         self.processors = build_processors(
             runtime.triggers, runtime.callees, self.history.__getitem__,
             self.joins.__getitem__,
@@ -161,7 +165,7 @@ class PartitionWorker(RejectMixin, ControlMixin):
             try:
                 for index, delivery in enumerate(deliveries):
                     self.handling = index
-                    if delivery.topic == self.rt.names.route:
+                    if delivery.topic == route:
                         await self._route_message(delivery)
                     else:
                         await self._input_record(delivery)
@@ -197,7 +201,7 @@ class PartitionWorker(RejectMixin, ControlMixin):
         if record.headers and H_REDELIVERY in record.headers:
             record.redelivers = self._stands_in_for(delivery, record)
         value = delivery.value
-        if value is not None and len(value) > rt.options.max_document_bytes:
+        if value is not None and len(value) > self._max_document_bytes:
             self._oversized(record, value, len(value))
             return
         record.value = decode_value(value)
@@ -209,7 +213,7 @@ class PartitionWorker(RejectMixin, ControlMixin):
                 self._keep_letter(letter, len(value or b""))
             return
         remote: dict[int, list[str]] | None = None
-        partitions = rt.options.partitions
+        partitions = self._partitions
         for trigger in targets:
             routing = routing_key(trigger, document)
             target = wire.route_partition(routing, partitions)

@@ -24,7 +24,7 @@ from onceflow.envelope import Document, Record, Timestamp
 from onceflow.journal import JournalRecord
 from onceflow.keys import kafka_partition
 from onceflow.outputs import DEAD_LETTER_TOPIC, Output
-from onceflow.tables.outbox import Outbox
+from onceflow.tables.outbox import Outbox, OutRecord
 from onceflow.values import json_kind
 
 from .signing import RouteSigner
@@ -352,6 +352,7 @@ def add_journal(outbox: Outbox, names: Names, records: list[JournalRecord],
     """Queue journal records, keyed by identity (clipped to fit `limit` when one is given)."""
     topic = names.journal
     dumps = orjson.dumps
+    queued: list[OutRecord] = []
     for record in records:
         try:
             key = record.identity.encode() if record.identity is not None else None
@@ -368,13 +369,21 @@ def add_journal(outbox: Outbox, names: Names, records: list[JournalRecord],
             from .limits import fit_journal
 
             key, value = fit_journal(record, key, value, limit)
-        outbox.add(topic, None, key, value)
+        queued.append(OutRecord(key, value))
+    outbox.extend(topic, None, queued)
 
 
 def add_outputs(outbox: Outbox, names: Names, outputs: list[Output]) -> None:
     """Queue output, error, in-doubt, reply-to and dead-letter documents."""
     dumps = orjson.dumps
+    # By logical topic, in order, queued a topic at a time (one real name a topic).
+    queued: dict[str, list[OutRecord]] = {}
     for output in outputs:
+        records = queued.get(output.topic)
+        if records is None:
+            records = queued[output.topic] = []
         key = output.key.encode() if output.key is not None else None
         headers = [(name, value.encode()) for name, value in output.headers.items()]
-        outbox.add(names.topic(output.topic), None, key, dumps(output.value), headers)
+        records.append(OutRecord(key, dumps(output.value), headers))
+    for topic, records in queued.items():
+        outbox.extend(names.topic(topic), None, records)

@@ -132,6 +132,22 @@ def output_headers(trigger: TriggerDef, identity: str, activation: str | None
     return headers
 
 
+def output_headers_text(trigger: TriggerDef, identity: str, activation: str | None
+                        ) -> tuple[int, int]:
+    """(how many headers, characters of their names and values) of output_headers.
+
+    What a bound on an output's record size needs, without building the headers: the
+    worker measures every service result against the record limit before its output
+    exists (agents/fitting.py).  Kept beside output_headers, whose headers it counts.
+    """
+    name = len(trigger.name)
+    chars = (len(H_DUP_ID) + name + 1 + len(identity) + len("trigger") + name
+             + len("identity") + len(identity))
+    if activation is None:
+        return 3, chars
+    return 4, chars + len("activation") + len(activation)
+
+
 def error_output(trigger: TriggerDef, documents: list[Any], key: str | None, identity: str,
                  activation: str | None, error_type: str, message: str,
                  attempts: int) -> Output:

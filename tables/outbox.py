@@ -21,6 +21,8 @@ TopicPartition = tuple[str, int]
 # (length, attributes, timestamp and offset deltas, key and value lengths, header count).
 RECORD_OVERHEAD: Final = 61 + 5 + 1 + 10 + 5 + 5 + 5 + 5
 HEADER_OVERHEAD: Final = 10  # two length varints a header
+# What the record builder is given for a record without headers (it never changes it).
+_NO_HEADERS: Final[list[tuple[str, bytes | None]]] = []
 
 
 def record_size(key: bytes | None, value: bytes | None,
@@ -73,6 +75,20 @@ class Outbox:
             bucket = self.records[(topic, partition)] = []
         bucket.append(OutRecord(key, value, headers, timestamp_ms))
         self.count += 1
+
+    def add_entries(self, topic: str, partition: int, entries: dict[bytes, bytes | None]
+                    ) -> None:
+        """Queue one record a (key, value), without headers or a timestamp (changelog)."""
+        self.extend(topic, partition, [OutRecord(key, value) for key, value in entries.items()])
+
+    def extend(self, topic: str, partition: int | None, records: list[OutRecord]) -> None:
+        """Queue records for one topic and partition, in order."""
+        bucket = self.records.get((topic, partition))
+        if bucket is None:
+            self.records[(topic, partition)] = records.copy()
+        else:
+            bucket.extend(records)
+        self.count += len(records)
 
     def __len__(self) -> int:
         return self.count
@@ -127,11 +143,17 @@ class KafkaSender:
                 grouped.setdefault((topic, partition), []).extend(records)
                 continue
             count = await self._partition_count(topic)
+            # The lists of this topic's partitions, looked up by number (not a new
+            # (topic, partition) tuple a record).
+            lists: dict[int, list[OutRecord]] = {}
             for record in records:
                 # Any stable hash keeps one key's records in one partition; crc32 is C.
                 chosen = (zlib.crc32(record.key) % count if record.key is not None
                           else next(self._spread) % count)
-                grouped.setdefault((topic, chosen), []).append(record)
+                bucket = lists.get(chosen)
+                if bucket is None:
+                    bucket = lists[chosen] = grouped.setdefault((topic, chosen), [])
+                bucket.append(record)
         pending: list[tuple[TopicPartition, int, Any]] = []
         producer = self._producer
         limit = self._limit
@@ -147,18 +169,23 @@ class KafkaSender:
                 if limit is not None and len(record.value or b"") + len(
                         record.key or b"") > limit - 4096:
                     self._check_size(topic, record, limit)
-                # aiokafka's builder takes headers as a list, nothing else.
-                headers = record.headers if type(record.headers) is list else list(record.headers)
-                if builder.append(size, record.timestamp_ms, key=record.key,
-                                  value=record.value, headers=headers) is None:
+                # aiokafka's builder takes headers as a list, nothing else (it only reads
+                # them: records without headers share one empty list).
+                headers = record.headers
+                if type(headers) is not list:
+                    headers = list(headers) if headers else _NO_HEADERS
+                # Positional (offset, timestamp, key, value, headers): the builder's own
+                # order, without a keyword tuple a record.
+                if builder.append(size, record.timestamp_ms, record.key, record.value,
+                                  headers) is None:
                     _counted(batch, size).close()  # as append closes a full batch
                     pending.append(((topic, partition), size,
                                     await producer.send_batch(batch, topic, partition=partition)))
                     batch = producer.create_batch()
                     builder = batch._builder
                     size = 0
-                    if builder.append(0, record.timestamp_ms, key=record.key,
-                                      value=record.value, headers=headers) is None:
+                    if builder.append(0, record.timestamp_ms, record.key, record.value,
+                                      headers) is None:
                         raise ValueError(f"a record for {topic} does not fit a producer batch")
                 size += 1
             pending.append(((topic, partition), size, await producer.send_batch(

@@ -50,9 +50,8 @@ class TableBuffer:
 
     def read(self, key: bytes) -> Any:
         """The current value under key (buffered or stored), or _ABSENT."""
-        writes = self.writes
-        if key in writes:
-            value = writes[key]
+        value = self.writes.get(key, _ABSENT)  # (no value written is _ABSENT)
+        if value is not _ABSENT:
             return _ABSENT if value is None else value
         data = self.raw.get(key)
         return _ABSENT if data is None else _decode(self, key, data)
@@ -90,16 +89,26 @@ class UndoLog:
 class PartitionStore:
     """A core `Store` over the keys of one table partition that start with a prefix."""
 
-    __slots__ = ("buffer", "_prefix", "_prefix_len", "undo")
+    __slots__ = ("buffer", "_prefix", "_prefix_len", "undo", "_last", "_last_raw")
 
     def __init__(self, buffer: TableBuffer, prefix: str) -> None:
         self.buffer = buffer
         self._prefix = prefix.encode()
         self._prefix_len = len(self._prefix)
         self.undo: UndoLog | None = None
+        # The last key asked for and its bytes: a document's history key is looked up and
+        # then written, and a partition's delivery progress read and written, for every
+        # record, each time with the same key object.
+        self._last: Any = _ABSENT  # (no key is)
+        self._last_raw = b""
 
     def _key(self, key: Any) -> bytes:
-        return self._prefix + (key if type(key) is str else str(key)).encode()
+        if key is self._last:
+            return self._last_raw
+        raw = self._prefix + (key if type(key) is str else str(key)).encode()
+        self._last = key
+        self._last_raw = raw
+        return raw
 
     def get(self, key: Any, default: Any = None, /) -> Any:
         """The value under key, or default."""
@@ -169,8 +178,7 @@ async def flush_state(sender: Any, buffers: list[TableBuffer]) -> int:
     for buffer in buffers:
         if buffer.writes:
             entries = buffer.encoded()
-            for key, value in entries.items():
-                outbox.add(buffer.topic, buffer.partition, key, value)
+            outbox.add_entries(buffer.topic, buffer.partition, entries)
             encoded.append((buffer, entries))
     if not encoded:
         return 0

@@ -88,3 +88,18 @@ def test_each_trigger_names_the_topics_whose_lag_is_its_own() -> None:
             for name, labels in found if name == "onceflow_trigger_input_info"}
     assert info == {"p.inv bill", "p.onceflow.route bill", "p.order ship",
                     "p.onceflow.route ship"}
+
+
+def test_a_service_time_falls_in_the_bucket_bisect_gives() -> None:
+    import bisect
+    import math
+
+    from onceflow.agents.metrics import LATENCY_BUCKETS, Histogram
+
+    for seconds in (0.0, 0.0005, 0.001, 0.0011, 0.05, 0.3, 1.0, 59.9, 60.0, 61.0, 1e9,
+                    -1.0, math.nan, math.inf):
+        histogram = Histogram()
+        histogram.observe(seconds)
+        expected = [0] * (len(LATENCY_BUCKETS) + 1)
+        expected[bisect.bisect_left(LATENCY_BUCKETS, seconds)] = 1
+        assert histogram.counts == expected, seconds

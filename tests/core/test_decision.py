@@ -402,3 +402,20 @@ def test_reasons_give_the_start_time_as_an_iso_time(steps: Any, says: str) -> No
     history = seeded(*steps, start=1795742651.786)
     decision = decide(make_trigger(), make_doc(ts=1795742652.0), history, "u-1", None)
     assert decision.reason == says
+
+
+@pytest.mark.parametrize("ms", [0, 1, 999, -1, -1_001, 1_795_742_651_786, 1_795_742_651_000,
+                                -62_135_596_800_000, 253_402_300_799_999, 951_782_400_123,
+                                10**20, -(10**20)])
+def test_iso_time_is_isoformat_to_the_millisecond_with_z(ms: int) -> None:
+    """The written-out format is datetime's isoformat, years before 1000 and errors alike."""
+    from datetime import UTC, datetime
+
+    from onceflow.envelope import iso_time, seconds
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        expected = repr(seconds(ms))
+    else:
+        expected = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert iso_time(ms) == expected

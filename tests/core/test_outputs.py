@@ -8,9 +8,12 @@ from onceflow.outputs import (
     Output,
     dead_letter,
     document_letter,
+    output_headers,
+    output_headers_text,
     output_letter,
     unread_letter,
 )
+from onceflow.triggers import TriggerDef
 
 
 def test_a_record_letter_keeps_the_record_and_what_the_worker_read_aside() -> None:
@@ -42,3 +45,12 @@ def test_an_unsent_output_and_an_unread_line_go_to_the_dead_letter_topic() -> No
                             "headers": {"h": "v"}, "value": {"x": 1}}
     assert unread_letter("bad", "f.jsonl at 3", "{").value == {
         "reason": "bad", "where": "f.jsonl at 3", "raw": "{"}
+
+
+def test_output_headers_text_counts_the_headers_output_headers_gives() -> None:
+    for name, identity, activation in (("t", "u-1", None), ("bill", "ü-2", "order-7"),
+                                       ("ß", "", ""), ("t", "x" * 300, None)):
+        trigger = TriggerDef(name=name, types=("a",))
+        headers = output_headers(trigger, identity, activation)
+        assert output_headers_text(trigger, identity, activation) == (
+            len(headers), sum(len(k) + len(v) for k, v in headers.items()))
