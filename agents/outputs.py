@@ -23,7 +23,6 @@ from typing import Any
 
 from onceflow.envelope import Document
 from onceflow.outputs import DEAD_LETTER_TOPIC, Output, output_letter
-from onceflow.running import OK, SUSPEND
 from onceflow.tables.outbox import Outbox
 
 from . import limits, wire
@@ -48,10 +47,12 @@ class ReplyCopy:
 
 
 def reply_copies(take: Take) -> list[ReplyCopy]:
-    """The reply-to copies among a take's outputs (after its error document)."""
-    run, result, outputs = take.run, take.result, take.sink.outputs
-    if run is None or result is None or result.outcome in (OK, SUSPEND) or not outputs:
-        return []
+    """The reply-to copies among a failed run's outputs (after its error document).
+
+    For the takes `failed_with_outputs` chose: a failed run that left outputs.
+    """
+    run, outputs = take.run, take.sink.outputs
+    assert run is not None and outputs
     error = outputs[0]
     copies = []
     for output in outputs[1:]:
@@ -73,7 +74,7 @@ def own_topic(rt: Shared, topic: str) -> str | None:
 
 async def deliver_replies(rt: Shared, takes: list[Take]) -> None:
     """Write the reply-to copies of these takes, or send them to the dead-letter topic."""
-    # (failed_with_outputs, compiled, leaves out the takes reply_copies has nothing for.)
+    # Only a failed run that left outputs has copies (failed_with_outputs, compiled).
     copies = [copy for take in failed_with_outputs(takes) for copy in reply_copies(take)]
     if not copies:
         return
