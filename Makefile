@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard core/*.py tables/*.py agents/*.py)
 # (docs/spark.md, Local runs), written once for this environment before the tests: the
 # suite starts about ten local JVMs, and each maps it instead of loading and verifying
 # Spark's classes from its jars.  Writing it is a replay of a small scenario (about 25 s,
-# once); the suite spent about 45 s less CPU a run with it (bench/suite_cpu.py,
+# once); the suite spent 36 to 47 s less CPU a run with it (bench/suite_cpu.py, two pairs,
 # 2026-11-27).  If it cannot be written the tests run without it.
 CLASS_DATA := $(VENV)/.spark-class-data
 $(CLASS_DATA): | $(STAMP)
