@@ -26,16 +26,13 @@ $(STAMP): pyproject.toml setup.py $(wildcard core/*.py tables/*.py agents/*.py)
 	touch $(STAMP)
 
 # The archive of Spark's classes that a machine's first local Spark run writes
-# (docs/spark.md, Local runs), written once for this environment before the tests: the
-# suite starts about ten local JVMs, and each maps it instead of loading and verifying
-# Spark's classes from its jars.  Writing it is a replay of a small scenario (about 25 s,
-# once); the suite spent 36 to 47 s less CPU a run with it (bench/suite_cpu.py, two pairs,
-# 2026-11-27).  If it cannot be written the tests run without it.
-CLASS_DATA := $(VENV)/.spark-class-data
-$(CLASS_DATA): | $(STAMP)
-	$(BIN)/onceflow replay --spark tests/scenarios/and_join_complete > /dev/null \
-	  || echo "make: Spark's classes were not saved; the Spark tests start slower" >&2
-	touch $(CLASS_DATA)
+# (docs/spark.md, Local runs), written for this environment before the tests when it is
+# not there: the suite starts about ten local JVMs, and each maps it instead of loading
+# and verifying Spark's classes from its jars.  Writing it is a replay of a small scenario
+# (about 25 s, once); the suite spent 36 to 47 s less CPU a run with it
+# (bench/suite_cpu.py, two pairs, 2026-11-27).  If it cannot be written the tests run
+# without it.
+CLASS_DATA_MISSING := $(BIN)/python -c 'import sys; from onceflow.pipeline.session import class_data_missing; sys.exit(0 if class_data_missing() else 1)'
 
 demo: $(STAMP)
 	$(BIN)/python -m onceflow.app.demo
@@ -55,7 +52,9 @@ TEST_PROCESSES ?= 12
 # bytecode kept, thirteen processes a run).  The bytecode is compiled first, in one
 # command on both cores (under a second on a fresh clone): otherwise on a clone's first run
 # the processes, starting together, would each compile all of it.
-test: $(STAMP) $(CLASS_DATA)
+test: $(STAMP)
+	$(CLASS_DATA_MISSING) && { $(BIN)/onceflow replay --spark tests/scenarios/and_join_complete > /dev/null \
+	  || echo "make: Spark's classes were not saved; the Spark tests start slower" >&2; } || true
 	$(BIN)/python -m compileall -q -j 0 core app agents tables pipeline tests
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_PROCESSES) --dist loadscope
 

@@ -79,14 +79,8 @@ def build_session(
                    .config("spark.driver.memory", "2g")
                    .config("spark.shuffle.compress", "false")
                    .config("spark.shuffle.spill.compress", "false"))
-    java_options = []
-    if quiet:
-        java_options.append(f"-Dlog4j.configurationFile=file:{quiet_log4j_file()}")
+    java_options = driver_java_options(quiet, local)
     if local:
-        # A local run lasts seconds to minutes and shares its cores with the Python
-        # workers: with C2 the JVM spent about 10 s more CPU on a run of 1M documents
-        # (compiling more than its faster code saved), and one GC thread is enough.
-        java_options += ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
         class_data, pending = class_data_options(java_options, conf, write_class_data)
         java_options += class_data
     else:
@@ -127,6 +121,19 @@ def build_session(
     return spark
 
 
+def driver_java_options(quiet: bool, local: bool) -> list[str]:
+    """The driver JVM's options (before the class-data archive's)."""
+    java_options = []
+    if quiet:
+        java_options.append(f"-Dlog4j.configurationFile=file:{quiet_log4j_file()}")
+    if local:
+        # A local run lasts seconds to minutes and shares its cores with the Python
+        # workers: with C2 the JVM spent about 10 s more CPU on a run of 1M documents
+        # (compiling more than its faster code saved), and one GC thread is enough.
+        java_options += ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+    return java_options
+
+
 # Class-data archives: HotSpot's application class-data sharing (CDS).  A local run spent
 # about 5 of its first seconds loading and verifying Spark's classes from 280 jars, on one
 # core, before any work; a JVM that maps an archive of them (written once by the JVM at
@@ -152,7 +159,7 @@ def class_data_options(java_options: Sequence[str], conf: Sequence[tuple[str, st
     Returns the options and, when this JVM is to write the archive, (temporary file,
     archive).  None of it when ONCEFLOW_SPARK_CLASS_DATA=0 or nothing can be found.
     """
-    if os.environ.get(CLASS_DATA_ENV, "1").lower() in ("0", "false", "no", "off"):
+    if _class_data_off():
         return [], None
     path = _class_data_path(java_options, conf)
     if path is None:
@@ -168,6 +175,21 @@ def class_data_options(java_options: Sequence[str], conf: Sequence[tuple[str, st
         return [], None
     temporary = f"{path}.{os.getpid()}.tmp"
     return [f"-XX:ArchiveClassesAtExit={temporary}", *_QUIET_CDS], (temporary, path)
+
+
+def class_data_missing(conf: Sequence[tuple[str, str]] = (), quiet: bool = True) -> bool:
+    """Whether a local run with these settings would write a class-data archive.
+
+    True when archives are on and none is there for this JVM, Spark's jars and options.
+    """
+    if _class_data_off():
+        return False
+    path = _class_data_path(driver_java_options(quiet, True), conf)
+    return path is not None and not os.path.isfile(path)
+
+
+def _class_data_off() -> bool:
+    return os.environ.get(CLASS_DATA_ENV, "1").lower() in ("0", "false", "no", "off")
 
 
 def _class_data_path(java_options: Sequence[str], conf: Sequence[tuple[str, str]]
@@ -242,13 +264,33 @@ def stop_session(spark: Any) -> None:
         SparkContext._jvm = None
         if process.returncode == 0 and os.path.isfile(temporary):
             os.replace(temporary, path)
-            for name in os.listdir(os.path.dirname(path)):
-                stale = os.path.join(os.path.dirname(path), name)
-                if name.startswith("spark-") and name.endswith(".jsa") and stale != path:
-                    os.remove(stale)  # made for another JVM or Spark
+            remove_old_archives(os.path.dirname(path), path)
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
+
+
+# Archives kept in the folder, the newest first: those of other virtual environments on
+# the machine (another checkout, another Spark) stay, so that two of them used in turn do
+# not write theirs again each time (about 15 s of CPU and 160 MB each); older ones go.
+KEPT_ARCHIVES = 3
+
+
+def remove_old_archives(folder: str, keep: str) -> None:
+    """Remove the archives beyond the KEPT_ARCHIVES newest, never `keep`."""
+    others = []
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if name.startswith("spark-") and name.endswith(".jsa") and path != keep:
+            try:
+                others.append((os.stat(path).st_mtime_ns, path))
+            except OSError:
+                continue
+    for _, stale in sorted(others, reverse=True)[KEPT_ARCHIVES - 1:]:
+        try:
+            os.remove(stale)
+        except OSError:
+            pass
 
 
 def driver_address(master: str) -> str | None:

@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from onceflow.pipeline.session import CLASS_DATA_ENV, class_data_options
+from onceflow.pipeline.session import (
+    CLASS_DATA_ENV,
+    KEPT_ARCHIVES,
+    class_data_missing,
+    class_data_options,
+    driver_java_options,
+    remove_old_archives,
+)
 
 from .support import SCENARIOS
 
@@ -33,6 +40,38 @@ def test_class_data_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
                               write=False) == ([], None)
     monkeypatch.setenv(CLASS_DATA_ENV, "0")
     assert class_data_options(options, [], write=True) == ([], None)
+
+
+def test_class_data_missing_names_the_archive_a_local_run_maps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # make test asks before the tests whether a local session would find an archive.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(CLASS_DATA_ENV, raising=False)
+    assert class_data_missing()
+    _, pending = class_data_options(driver_java_options(True, True), [], write=True)
+    assert pending is not None
+    Path(pending[1]).write_bytes(b"")
+    assert not class_data_missing()
+    assert class_data_missing(conf=[("spark.driver.extraClassPath", "/x.jar")])
+    monkeypatch.setenv(CLASS_DATA_ENV, "off")
+    assert not class_data_missing(conf=[("spark.driver.extraClassPath", "/x.jar")])
+
+
+def test_a_new_archive_leaves_the_newest_others_in_place(tmp_path: Path) -> None:
+    # Two environments used in turn must not each write theirs again every time.
+    others = []
+    for age in range(KEPT_ARCHIVES + 2):
+        path = tmp_path / f"spark-4.3.0-{age:016x}.jsa"
+        path.write_bytes(b"")
+        os.utime(path, ns=(10**18 - age * 10**9, 10**18 - age * 10**9))
+        others.append(path)
+    new = tmp_path / "spark-4.3.0-ffffffffffffffff.jsa"
+    new.write_bytes(b"")
+    os.utime(new, ns=(1, 1))  # its own age does not matter: it is always kept
+    (tmp_path / "notes.txt").write_text("not an archive")
+    remove_old_archives(str(tmp_path), str(new))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [new.name, "notes.txt", *(p.name for p in others[:KEPT_ARCHIVES - 1])])
 
 
 def test_the_first_run_writes_the_archive_and_the_next_one_uses_it(tmp_path: Path) -> None:
