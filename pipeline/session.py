@@ -180,12 +180,20 @@ def class_data_options(java_options: Sequence[str], conf: Sequence[tuple[str, st
 def class_data_missing(conf: Sequence[tuple[str, str]] = (), quiet: bool = True) -> bool:
     """Whether a local run with these settings would write a class-data archive.
 
-    True when archives are on and none is there for this JVM, Spark's jars and options.
+    True when archives are on, none is there for this JVM, Spark's jars and options, and
+    the folder can take one (else a run would not write it, and asking again would be
+    asking for a replay each time).
     """
     if _class_data_off():
         return False
     path = _class_data_path(driver_java_options(quiet, True), conf)
-    return path is not None and not os.path.isfile(path)
+    if path is None or os.path.isfile(path):
+        return False
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(os.path.dirname(path), os.W_OK)
 
 
 def _class_data_off() -> bool:

@@ -55,6 +55,11 @@ def test_class_data_missing_names_the_archive_a_local_run_maps(
     assert class_data_missing(conf=[("spark.driver.extraClassPath", "/x.jar")])
     monkeypatch.setenv(CLASS_DATA_ENV, "off")
     assert not class_data_missing(conf=[("spark.driver.extraClassPath", "/x.jar")])
+    # A cache folder that cannot be made takes no archive: nothing to write.
+    monkeypatch.delenv(CLASS_DATA_ENV)
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+    assert not class_data_missing()
 
 
 def test_a_new_archive_leaves_the_newest_others_in_place(tmp_path: Path) -> None:
