@@ -159,7 +159,7 @@ def class_data_options(java_options: Sequence[str], conf: Sequence[tuple[str, st
     Returns the options and, when this JVM is to write the archive, (temporary file,
     archive).  None of it when ONCEFLOW_SPARK_CLASS_DATA=0 or nothing can be found.
     """
-    if _class_data_off():
+    if os.environ.get(CLASS_DATA_ENV, "1").lower() in ("0", "false", "no", "off"):
         return [], None
     path = _class_data_path(java_options, conf)
     if path is None:
@@ -173,6 +173,8 @@ def class_data_options(java_options: Sequence[str], conf: Sequence[tuple[str, st
         _remove_abandoned(os.path.dirname(path))
     except OSError:
         return [], None
+    if not os.access(os.path.dirname(path), os.W_OK):
+        return [], None  # the JVM could not write it there
     temporary = f"{path}.{os.getpid()}.tmp"
     return [f"-XX:ArchiveClassesAtExit={temporary}", *_QUIET_CDS], (temporary, path)
 
@@ -180,24 +182,11 @@ def class_data_options(java_options: Sequence[str], conf: Sequence[tuple[str, st
 def class_data_missing(conf: Sequence[tuple[str, str]] = (), quiet: bool = True) -> bool:
     """Whether a local run with these settings would write a class-data archive.
 
-    True when archives are on, none is there for this JVM, Spark's jars and options, and
-    the folder can take one (else a run would not write it, and asking again would be
-    asking for a replay each time).
+    True when class_data_options would have the JVM write one: archives are on, none is
+    there for this JVM, Spark's jars and options, and the folder can take one (else
+    asking again would be asking for a replay each time).
     """
-    if _class_data_off():
-        return False
-    path = _class_data_path(driver_java_options(quiet, True), conf)
-    if path is None or os.path.isfile(path):
-        return False
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(os.path.dirname(path), os.W_OK)
-
-
-def _class_data_off() -> bool:
-    return os.environ.get(CLASS_DATA_ENV, "1").lower() in ("0", "false", "no", "off")
+    return class_data_options(driver_java_options(quiet, True), conf, write=True)[1] is not None
 
 
 def _class_data_path(java_options: Sequence[str], conf: Sequence[tuple[str, str]]
