@@ -82,10 +82,14 @@ class Outbox:
         self.extend(topic, partition, [OutRecord(key, value) for key, value in entries.items()])
 
     def extend(self, topic: str, partition: int | None, records: list[OutRecord]) -> None:
-        """Queue records for one topic and partition, in order."""
+        """Queue records for one topic and partition, in order.
+
+        The outbox takes the list itself when it has none for that topic and partition
+        yet: every caller hands it a list made for the call and keeps no other use of it.
+        """
         bucket = self.records.get((topic, partition))
         if bucket is None:
-            self.records[(topic, partition)] = records.copy()
+            self.records[(topic, partition)] = records
         else:
             bucket.extend(records)
         self.count += len(records)
